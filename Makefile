@@ -1,0 +1,37 @@
+# The two commands a new user needs are `make book` and `make test`.
+# Every target builds .venv (Python 3.11) first when it is missing or older than
+# pyproject.toml, so each works on a fresh clone with nothing installed.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# pip picks the local CPU torch wheel when the machine keeps one in /opt/wheels.
+WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
+
+.PHONY: all book test venv clean help
+
+help:
+	@echo "make book   build the HTML book into _build/html (executes its code)"
+	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, book build"
+	@echo "make venv   only create .venv and install the package with all extras"
+	@echo "make clean  remove _build and .venv"
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(WHEELS) -e ".[all]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --path-output . -W -n --keep-going
+	@echo "The book is in _build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf _build $(VENV)

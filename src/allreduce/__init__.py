@@ -1,0 +1,32 @@
+"""allreduce: the allreduce algorithms of data-parallel training, written to be read and run.
+
+The companion library of the book *Allreduce*.  One entry point runs any algorithm over MPI
+(mpi4py), torch.distributed (gloo on CPU, nccl on GPU) or threads::
+
+    from mpi4py import MPI
+    import numpy as np, allreduce
+
+    x = np.full(1000, MPI.COMM_WORLD.rank, dtype=np.float32)
+    y = allreduce.allreduce(x, MPI.COMM_WORLD, algorithm="ring", op="sum")
+
+Run it with ``.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py script.py``.
+"""
+
+from .algorithms._schedule import chunk_bounds
+from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
+from .comm import Communicator, as_communicator
+from .ops import DTYPES, OP_NAMES, OPS
+
+__all__ = [
+    "ALGORITHMS",
+    "DTYPES",
+    "OPS",
+    "OP_NAMES",
+    "Communicator",
+    "allgather",
+    "allreduce",
+    "as_communicator",
+    "chunk_bounds",
+    "reduce_scatter",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,39 @@
+"""Naive allreduce: every rank sends its whole buffer to every other rank.
+
+Taught in the chapter "Naive allreduce".  After one all-to-all exchange each rank holds all
+``p`` buffers and reduces them itself, in rank order, so every rank computes the same bits.
+Rank ``r`` sends to ``r + k`` and receives from ``r - k`` in turn ``k`` (a shift schedule),
+so no rank is sent two messages in one step.
+
+Cost: (p−1)·α + (p−1)·n·β + (p−1)·n·γ per rank, and p(p−1)·n bytes over the network in
+total: every byte crosses the network p−1 times.
+"""
+
+from __future__ import annotations
+
+from ..comm import Communicator
+from ..ops import Op
+
+
+def naive(buf, comm: Communicator, op: Op) -> None:
+    """All-to-all allreduce in place."""
+    p, rank, n = comm.size, comm.rank, len(buf)
+    if p == 1:
+        return
+    others = comm.empty((p - 1) * n, like=buf)  # slot k holds the buffer of rank (rank - k) % p
+
+    def slot(k: int):
+        return others[(k - 1) * n : k * n]
+
+    requests = []
+    for k in range(1, p):
+        requests.append(comm.irecv(slot(k), (rank - k) % p))
+        requests.append(comm.isend(buf, (rank + k) % p))
+    comm.waitall(requests)
+    # combine in rank order: contributions of ranks below, then own, then above
+    total = slot(rank) if rank else buf  # start from rank 0's buffer, which sits in slot rank
+    for source in range(1, p):
+        data = buf if source == rank else slot((rank - source) % p)
+        comm.reduce_local(op, total, data)
+    if total is not buf:
+        comm.copy(buf, total)

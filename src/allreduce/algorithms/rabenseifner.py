@@ -1,0 +1,56 @@
+"""Rabenseifner's allreduce: recursive-halving reduce-scatter, recursive-doubling all-gather.
+
+Taught in the chapter "Tree allreduce".  In each halving round a rank keeps half of the
+range it is responsible for, sends the other half to its partner and reduces the half it
+receives; after lg p rounds rank ``v`` holds chunk ``v`` reduced.  The all-gather retraces
+the rounds in reverse, doubling the range each time.  Other rank counts are folded onto a
+power of two first (:class:`~allreduce.algorithms._schedule.PowerOfTwoFold`).
+
+Cost: 2·lg p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ for a power of two (Rabenseifner 2004;
+Thakur, Rabenseifner & Gropp 2005): the ring's bandwidth term with the tree's step count.
+"""
+
+from __future__ import annotations
+
+from ..comm import Communicator
+from ..ops import Op
+from ._schedule import PowerOfTwoFold, span_bounds
+
+
+def rabenseifner(buf, comm: Communicator, op: Op) -> None:
+    """Rabenseifner allreduce in place."""
+    if comm.size == 1:
+        return
+    n = len(buf)
+    scratch = comm.empty(n, like=buf)
+    fold = PowerOfTwoFold(comm)
+    fold.fold(buf, op, scratch)
+    me, parts = fold.virtual_rank, fold.participants
+    if me is not None:
+        first, last = 0, parts  # the chunks this rank is responsible for
+        mask = parts >> 1
+        while mask:  # reduce-scatter by recursive halving
+            partner = me ^ mask
+            middle = (first + last) // 2
+            keep, give = ((first, middle), (middle, last)) if me < partner else (
+                (middle, last), (first, middle))
+            keep_lo, keep_hi = span_bounds(n, parts, *keep)
+            give_lo, give_hi = span_bounds(n, parts, *give)
+            received = scratch[: keep_hi - keep_lo]
+            peer = fold.real_rank(partner)
+            comm.sendrecv(buf[give_lo:give_hi], peer, received, peer)
+            comm.reduce_local(op, buf[keep_lo:keep_hi], received, incoming_first=partner < me)
+            first, last = keep
+            mask >>= 1
+        mask = 1
+        while mask < parts:  # all-gather by recursive doubling
+            partner = me ^ mask
+            width = last - first
+            theirs = (last, last + width) if me < partner else (first - width, first)
+            mine_lo, mine_hi = span_bounds(n, parts, first, last)
+            their_lo, their_hi = span_bounds(n, parts, *theirs)
+            peer = fold.real_rank(partner)
+            comm.sendrecv(buf[mine_lo:mine_hi], peer, buf[their_lo:their_hi], peer)
+            first, last = min(first, theirs[0]), max(last, theirs[1])
+            mask <<= 1
+    fold.unfold(buf)

@@ -1,0 +1,48 @@
+"""Ring allreduce: a ring reduce-scatter followed by a ring all-gather.
+
+Taught in the chapter "Ring allreduce".  The buffer is cut into ``p`` chunks (uneven when
+``p`` does not divide ``n``: see :func:`~allreduce.algorithms._schedule.chunk_bounds`).  In
+each of ``p - 1`` reduce-scatter steps every rank sends one chunk to its right neighbour and
+adds the chunk it receives from its left neighbour; afterwards rank ``r`` holds chunk ``r``
+fully reduced.  ``p - 1`` all-gather steps then pass the finished chunks around the ring.
+
+Cost: 2(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ, which meets the bandwidth lower bound
+2·(p−1)/p·n·β for allreduce (Patarasuk & Yuan 2009).
+"""
+
+from __future__ import annotations
+
+from ..comm import Communicator
+from ..ops import Op
+from ._schedule import chunk_bounds, left, right
+
+
+def reduce_scatter(buf, comm: Communicator, op: Op) -> tuple[int, int]:
+    """Ring reduce-scatter in place: afterwards ``buf[lo:hi]`` on rank ``r`` holds chunk
+    ``r`` reduced over all ranks, and ``(lo, hi)`` is returned.  Other chunks hold partial
+    results."""
+    p, rank, n = comm.size, comm.rank, len(buf)
+    if p > 1:
+        incoming = comm.empty(-(-n // p), like=buf)  # the largest chunk, allocated once
+        for step in range(p - 1):
+            send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+            recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % p)
+            received = incoming[: recv_hi - recv_lo]
+            comm.sendrecv(buf[send_lo:send_hi], right(comm), received, left(comm))
+            comm.reduce_local(op, buf[recv_lo:recv_hi], received)
+    return chunk_bounds(n, p, rank)
+
+
+def allgather(buf, comm: Communicator) -> None:
+    """Ring all-gather in place: rank ``r`` starts with chunk ``r`` and ends with all of them."""
+    p, rank, n = comm.size, comm.rank, len(buf)
+    for step in range(p - 1):
+        send_lo, send_hi = chunk_bounds(n, p, (rank - step) % p)
+        recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+        comm.sendrecv(buf[send_lo:send_hi], right(comm), buf[recv_lo:recv_hi], left(comm))
+
+
+def ring(buf, comm: Communicator, op: Op) -> None:
+    """Ring allreduce in place: :func:`reduce_scatter`, then :func:`allgather`."""
+    reduce_scatter(buf, comm, op)
+    allgather(buf, comm)

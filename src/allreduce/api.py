@@ -1,0 +1,108 @@
+"""The public entry points: :func:`allreduce`, and the ring's :func:`reduce_scatter` and
+:func:`allgather`, which the chapter "Ring allreduce" composes into an allreduce."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import arrays
+from .algorithms import REGISTRY, SHARDED, ring as _ring
+from .comm import Communicator, as_communicator
+from .ops import OPS, finish
+from .validation import agree, describe
+
+#: Every algorithm name :func:`allreduce` accepts, in the order the book teaches them.
+ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)
+
+
+def _checked(x, comm, op, algorithm, out=None, servers=None) -> Communicator:
+    """Wrap ``comm`` and check the call on every rank (see :mod:`allreduce.validation`)."""
+    communicator = as_communicator(comm)
+    call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED)
+    agree(communicator, call, ALGORITHMS)
+    return communicator
+
+
+def allreduce(
+    x: Any,
+    comm: Any,
+    algorithm: str = "auto",
+    op: str = "sum",
+    out: Any = None,
+    *,
+    servers: int | None = None,
+) -> Any:
+    """Reduce ``x`` over every rank of ``comm`` and give every rank the result.
+
+    Parameters
+    ----------
+    x
+        A numpy array or torch tensor of any shape, of dtype float16, float32, float64,
+        int32 or int64; the same shape and dtype on every rank.
+    comm
+        An mpi4py intracommunicator, a torch.distributed process group, or an
+        :class:`allreduce.Communicator`.
+    algorithm
+        One of :data:`ALGORITHMS`.
+    op
+        ``"sum"``, ``"mean"`` (floating dtypes only), ``"max"``, ``"min"`` or ``"prod"``.
+    out
+        Where to write the result: ``None`` for a new array, ``x`` itself to work in place,
+        or another array of ``x``'s type, shape and dtype.
+    servers
+        Number of server ranks for ``parameter_server`` (default 1) and
+        ``sharded_parameter_server`` (default all ranks).
+
+    Returns the result, of ``x``'s type, shape and dtype.  Every rank gets the same bits.
+
+    Raises ``TypeError`` or ``ValueError`` on every rank, before any data moves, if any rank's
+    call is invalid or the ranks' calls disagree (chapter "Ring allreduce", section on
+    failure).  A ``comm`` of the wrong kind raises ``TypeError`` at once.
+    """
+    communicator = _checked(x, comm, op, algorithm, out, servers)
+    result = arrays.new_like(x) if out is None else out
+    # the algorithms reduce a flat contiguous buffer in place: the result's own memory when
+    # it is contiguous, otherwise a staging copy that is written back at the end
+    staging = result if arrays.is_contiguous(result) else arrays.new_like(x)
+    if staging is not x:
+        arrays.copy_into(staging, x)
+    buffer = communicator.native(arrays.flat_view(staging))
+    reduce_op = OPS[op]
+    if arrays.count(buffer):
+        options = {} if servers is None else {"servers": servers}
+        REGISTRY[algorithm](buffer, communicator, reduce_op, **options)
+        finish(reduce_op, buffer, communicator.size)
+    if staging is not result:
+        arrays.copy_into(result, staging)
+    return result
+
+
+def _flat_in_place(x):
+    if not arrays.is_contiguous(x):
+        raise ValueError("reduce_scatter and allgather work in place: x must be contiguous")
+    return arrays.flat_view(x)
+
+
+def reduce_scatter(x: Any, comm: Any, op: str = "sum") -> tuple[int, int]:
+    """Ring reduce-scatter of the contiguous array ``x``, in place (chapter "Ring allreduce").
+
+    Afterwards rank ``r`` holds chunk ``r`` of the flattened array reduced over all ranks,
+    at the element range ``[lo, hi)`` it returns; the other chunks hold partial results.
+    For ``op="mean"`` the owned chunk is divided by the number of ranks.
+    """
+    communicator = _checked(x, comm, op, "ring")
+    buffer = communicator.native(_flat_in_place(x))
+    lo, hi = _ring.reduce_scatter(buffer, communicator, OPS[op])
+    finish(OPS[op], buffer[lo:hi], communicator.size)
+    return lo, hi
+
+
+def allgather(x: Any, comm: Any) -> Any:
+    """Ring all-gather of the contiguous array ``x``, in place (chapter "Ring allreduce").
+
+    Rank ``r`` contributes chunk ``r`` of the flattened array (as left by
+    :func:`reduce_scatter`) and ends with every rank's chunk.  Returns ``x``.
+    """
+    communicator = _checked(x, comm, "max", "ring")  # "max" is valid for every dtype
+    _ring.allgather(communicator.native(_flat_in_place(x)), communicator)
+    return x

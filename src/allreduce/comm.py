@@ -1,0 +1,134 @@
+"""The communicator interface that every algorithm is written against.
+
+An algorithm sees a :class:`Communicator` and nothing else: its rank and size, point-to-point
+transfers of contiguous 1-D buffers (blocking and non-blocking), a local reduction, and
+scratch-buffer allocation.  Three transports implement it:
+
+* :class:`allreduce.transports.mpi.MPICommunicator` wraps an mpi4py intracommunicator and
+  moves numpy buffers with the buffer API (upper-case methods: no pickling);
+* :class:`allreduce.transports.torchdist.TorchCommunicator` wraps a torch.distributed process
+  group: gloo for CPU tensors, nccl for CUDA tensors;
+* :class:`allreduce.transports.threads.ThreadCommunicator` runs ranks as threads of one
+  process.  The book uses it to record traces at build time; the unit tests use it to
+  check every algorithm at world sizes up to 16 in a second.
+
+:func:`as_communicator` turns whatever the user passed as ``comm`` into one of these.
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import ops as _ops
+from .arrays import copy_into
+
+
+class Communicator(ABC):
+    """A group of ``size`` ranks that can exchange contiguous 1-D buffers.
+
+    Buffers are the transport's native arrays (see :meth:`native`).  Sends and receives
+    between a pair of ranks with the same tag are matched in the order they are posted,
+    as in MPI.  Both sides of a transfer always agree on its length: the algorithms derive
+    every length from the element count, which is checked to agree before any data moves.
+    """
+
+    rank: int
+    size: int
+
+    # -- point to point ---------------------------------------------------------------
+    @abstractmethod
+    def isend(self, buf, dest: int, tag: int = 0) -> Any:
+        """Start sending ``buf`` to ``dest``; ``buf`` must not change until the wait."""
+
+    @abstractmethod
+    def irecv(self, buf, source: int, tag: int = 0) -> Any:
+        """Start receiving into ``buf`` from ``source``."""
+
+    @abstractmethod
+    def waitall(self, requests: Sequence[Any]) -> None:
+        """Wait until every request from :meth:`isend`/:meth:`irecv` has completed."""
+
+    def wait(self, request: Any) -> None:
+        self.waitall([request])
+
+    def send(self, buf, dest: int, tag: int = 0) -> None:
+        self.wait(self.isend(buf, dest, tag))
+
+    def recv(self, buf, source: int, tag: int = 0) -> None:
+        self.wait(self.irecv(buf, source, tag))
+
+    def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> None:
+        """Send to ``dest`` and receive from ``source`` at the same time (one step)."""
+        receive = self.irecv(recvbuf, source, tag)
+        send = self.isend(sendbuf, dest, tag)
+        self.waitall([receive, send])
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Return once every rank has called it."""
+
+    # -- local work ---------------------------------------------------------------------
+    def reduce_local(self, op: _ops.Op, inout, incoming, *, incoming_first: bool = False) -> None:
+        """``inout = inout (op) incoming`` in place.  It goes through the communicator so
+        that a trace can count the elements reduced (the γ term of the cost model)."""
+        _ops.combine(op, inout, incoming, incoming_first=incoming_first)
+
+    def empty(self, count: int, like):
+        """A new contiguous 1-D buffer of ``count`` elements, of ``like``'s dtype and device."""
+        if isinstance(like, np.ndarray):
+            return np.empty(count, dtype=like.dtype)
+        import torch
+
+        return torch.empty(count, dtype=like.dtype, device=like.device)
+
+    def copy(self, dst, src) -> None:
+        """``dst[:] = src`` without allocating."""
+        copy_into(dst, src)
+
+    # -- what the library needs beyond point to point -------------------------------------
+    @abstractmethod
+    def native(self, array):
+        """``array`` as the buffer type this transport moves, sharing its memory.
+
+        Raises ``TypeError`` when the transport cannot move this kind of array (a CUDA
+        tensor over MPI, a CPU buffer over nccl)."""
+
+    @abstractmethod
+    def allgather_ints(self, values: np.ndarray) -> np.ndarray:
+        """Gather a small int64 vector from every rank: an array of shape (size, len)."""
+
+    @abstractmethod
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Gather one picklable object from every rank (used on error paths only)."""
+
+
+def as_communicator(comm: Any) -> Communicator:
+    """Wrap ``comm`` in the matching transport.
+
+    ``comm`` may be an :class:`Communicator`, an mpi4py intracommunicator (``MPI.COMM_WORLD``
+    or one derived from it), or a torch.distributed ``ProcessGroup`` (``dist.group.WORLD``
+    or one from ``dist.new_group``).  Anything else is a ``TypeError``.
+    """
+    if isinstance(comm, Communicator):
+        return comm
+    module = type(comm).__module__
+    if module.startswith("mpi4py") and "mpi4py.MPI" in sys.modules:
+        from .transports.mpi import MPICommunicator
+
+        return MPICommunicator(comm)
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if isinstance(comm, dist.ProcessGroup):
+            from .transports.torchdist import TorchCommunicator
+
+            return TorchCommunicator(comm)
+    raise TypeError(
+        "comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), a torch.distributed "
+        f"ProcessGroup (e.g. dist.group.WORLD) or an allreduce.Communicator; got {type(comm).__name__}"
+    )

@@ -1,0 +1,85 @@
+"""Reduction operators and the dtype rules that go with them.
+
+Every algorithm reduces with one of the operators below, through the communicator's
+``reduce_local``; nothing else in the library knows how an operator is computed.  All
+five are commutative and associative, which is what lets an allreduce combine partial
+results in any order (chapter "Why gradients must be aggregated").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The dtypes every transport moves and every algorithm reduces, by name.  The order is
+#: part of the metadata exchanged between ranks (a dtype travels as its index here).
+DTYPES: tuple[str, ...] = ("float16", "float32", "float64", "int32", "int64")
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+
+
+@dataclass(frozen=True)
+class Op:
+    """A reduction operator.
+
+    ``combine`` is the name of the element-wise function in both numpy and torch
+    (``np.add``/``torch.add`` and so on).  ``mean`` is a sum followed by a division by
+    the number of ranks, done once at the end by :func:`finish`.
+    """
+
+    name: str
+    combine: str
+    floating_only: bool = False
+
+
+OPS: dict[str, Op] = {
+    "sum": Op("sum", "add"),
+    "mean": Op("mean", "add", floating_only=True),
+    "max": Op("max", "maximum"),
+    "min": Op("min", "minimum"),
+    "prod": Op("prod", "multiply"),
+}
+OP_NAMES: tuple[str, ...] = tuple(OPS)
+
+
+def check_op_for_dtype(op: str, dtype: str) -> None:
+    """Raise ``ValueError`` for an unknown op, ``TypeError`` for one that makes no sense here."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; choose one of {', '.join(OP_NAMES)}")
+    if dtype not in DTYPES:
+        raise TypeError(
+            f"dtype {dtype} is not supported; use one of {', '.join(DTYPES)}"
+        )
+    if OPS[op].floating_only and dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"op {op!r} needs a floating-point dtype, got {dtype}: the mean of integers "
+            "is not an integer. Cast to a float dtype first, or use op='sum'."
+        )
+
+
+def _function(op: Op, array):
+    if isinstance(array, np.ndarray):
+        return getattr(np, op.combine)
+    import torch
+
+    return getattr(torch, op.combine)
+
+
+def combine(op: Op, inout, incoming, *, incoming_first: bool = False) -> None:
+    """``inout = inout (op) incoming`` in place, with no allocation.
+
+    ``incoming_first`` computes ``incoming (op) inout`` instead.  The operators here are
+    commutative, so both give the same bits; the flag lets an algorithm combine partial
+    results in rank order, which is what an MPI library promises for non-commutative ops.
+    """
+    function = _function(op, inout)
+    if incoming_first:
+        function(incoming, inout, out=inout)
+    else:
+        function(inout, incoming, out=inout)
+
+
+def finish(op: Op, buffer, size: int) -> None:
+    """The last step of an allreduce for this op: divide by the rank count for ``mean``."""
+    if op.name == "mean" and size > 1:
+        buffer /= size

@@ -1,0 +1,1 @@
+"""Transports: the implementations of :class:`allreduce.comm.Communicator`."""

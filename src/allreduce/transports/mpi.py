@@ -1,0 +1,73 @@
+"""The mpi4py transport: numpy buffers moved with MPI's buffer API.
+
+Every transfer goes through the upper-case methods (``Isend``, ``Irecv``, ``Sendrecv``) on a
+byte view of the buffer, so no data is pickled and every dtype travels the same way,
+float16 included.  CPU torch tensors are accepted too: they are moved through a numpy
+view that shares their memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..comm import Communicator
+
+
+class MPICommunicator(Communicator):
+    """An :class:`~allreduce.comm.Communicator` over an mpi4py intracommunicator."""
+
+    def __init__(self, comm: MPI.Intracomm):
+        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+            raise TypeError(
+                f"comm must be an mpi4py intracommunicator; got {type(comm).__name__}"
+                + (" (COMM_NULL)" if comm == MPI.COMM_NULL else "")
+            )
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def isend(self, buf, dest: int, tag: int = 0) -> MPI.Request:
+        return self.comm.Isend([buf, MPI.BYTE], dest, tag)
+
+    def irecv(self, buf, source: int, tag: int = 0) -> MPI.Request:
+        return self.comm.Irecv([buf, MPI.BYTE], source, tag)
+
+    def waitall(self, requests: Sequence[MPI.Request]) -> None:
+        MPI.Request.Waitall(list(requests))
+
+    def wait(self, request: MPI.Request) -> None:
+        request.Wait()
+
+    def send(self, buf, dest: int, tag: int = 0) -> None:
+        self.comm.Send([buf, MPI.BYTE], dest, tag)
+
+    def recv(self, buf, source: int, tag: int = 0) -> None:
+        self.comm.Recv([buf, MPI.BYTE], source, tag)
+
+    def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> None:
+        self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, tag, [recvbuf, MPI.BYTE], source, tag)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def native(self, array):
+        if isinstance(array, np.ndarray):
+            return array
+        if getattr(array, "is_cuda", False):
+            raise TypeError(
+                "a CUDA tensor cannot go over the mpi4py transport (it moves host memory); "
+                "use a torch.distributed process group with the nccl backend"
+            )
+        return array.numpy()  # a CPU tensor: a view on the same memory
+
+    def allgather_ints(self, values: np.ndarray) -> np.ndarray:
+        gathered = np.empty((self.size, values.size), dtype=np.int64)
+        self.comm.Allgather(values, gathered)
+        return gathered
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        return self.comm.allgather(obj)

@@ -1,0 +1,87 @@
+"""The torch.distributed transport: gloo for CPU tensors, nccl for CUDA tensors.
+
+Transfers use ``dist.isend``/``dist.irecv`` with group-relative ranks, so any process group
+works, not only the default one.  Buffers stay where they are: CUDA tensors never pass
+through the host on the data path.  Over gloo, numpy arrays are accepted too and moved
+through a tensor view that shares their memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..comm import Communicator
+
+
+class TorchCommunicator(Communicator):
+    """An :class:`~allreduce.comm.Communicator` over a torch.distributed process group."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None):
+        if not dist.is_initialized():
+            raise TypeError(
+                "torch.distributed is not initialised: call dist.init_process_group() "
+                "before passing a process group"
+            )
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.backend = str(dist.get_backend(group))
+        if self.rank < 0:
+            raise TypeError("this process is not a member of the process group it passed")
+
+    @property
+    def uses_cuda(self) -> bool:
+        return self.backend == "nccl"
+
+    def isend(self, buf, dest: int, tag: int = 0):
+        if buf.numel() == 0:  # both sides know the length, and both skip it
+            return None
+        return dist.isend(buf, group=self.group, group_dst=dest, tag=tag)
+
+    def irecv(self, buf, source: int, tag: int = 0):
+        if buf.numel() == 0:
+            return None
+        return dist.irecv(buf, group=self.group, group_src=source, tag=tag)
+
+    def waitall(self, requests: Sequence[Any]) -> None:
+        for request in requests:
+            if request is not None:
+                request.wait()
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
+
+    def native(self, array):
+        if isinstance(array, np.ndarray):
+            if self.uses_cuda:
+                raise TypeError(
+                    "the nccl backend moves CUDA tensors; got a numpy array "
+                    "(move it to the GPU with torch.from_numpy(x).cuda())"
+                )
+            return torch.from_numpy(array)
+        if array.is_cuda != self.uses_cuda:
+            where = "CUDA" if array.is_cuda else "CPU"
+            raise TypeError(
+                f"a {where} tensor cannot go over a {self.backend} process group: "
+                "use gloo for CPU tensors and nccl for CUDA tensors"
+            )
+        return array
+
+    def _device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if self.uses_cuda else torch.device("cpu")
+
+    def allgather_ints(self, values: np.ndarray) -> np.ndarray:
+        mine = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self._device())
+        gathered = [torch.empty_like(mine) for _ in range(self.size)]
+        dist.all_gather(gathered, mine, group=self.group)
+        return torch.stack(gathered).cpu().numpy()
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        gathered: list[Any] = [None] * self.size
+        dist.all_gather_object(gathered, obj, group=self.group)
+        return gathered
