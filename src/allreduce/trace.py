@@ -1,0 +1,224 @@
+"""Recording what an algorithm does, so that figures and cost formulas come from the code.
+
+:class:`TracingCommunicator` wraps any communicator and logs every send, receive, wait and
+local reduction it is asked to do, with element offsets into the buffer being reduced.
+:class:`Trace` gathers the logs of all ranks and answers the questions the cost model asks:
+
+* messages, elements sent and elements reduced, per rank (the β and γ terms);
+* **steps**: the length of the critical path under the α-β model's assumption that a rank
+  sends one message and receives one message at a time (full duplex, single port; Thakur,
+  Rabenseifner & Gropp 2005).  It is computed by replaying the logs with a clock per port,
+  matching the k-th send from ``s`` to ``d`` with the k-th receive at ``d`` from ``s``.
+
+The trace is taken on the real transport and the real algorithm: under ``mpiexec`` wrap
+``MPI.COMM_WORLD``; in the book, :func:`record` runs the ranks as threads.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import arrays
+from .comm import Communicator
+from .transports.threads import run_threads
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a rank did.  ``kind`` is send, recv, wait or reduce."""
+
+    kind: str
+    rank: int
+    peer: int = -1
+    tag: int = 0
+    count: int = 0  # elements
+    offset: int | None = None  # where in the watched buffer, if it lies there
+    requests: tuple[int, ...] = ()  # for wait: the ids of the send/recv events it completes
+    id: int = -1
+
+
+class TracingCommunicator(Communicator):
+    """A communicator that does what ``inner`` does and logs it in :attr:`events`."""
+
+    def __init__(self, inner: Communicator):
+        self.inner = inner
+        self.rank, self.size = inner.rank, inner.size
+        self.events: list[Event] = []
+        self._watched = None
+
+    def watch(self, buf) -> None:
+        """Record offsets relative to ``buf`` (the buffer being reduced)."""
+        self._watched = buf
+
+    def _offset(self, view) -> int | None:
+        if self._watched is None or arrays.count(view) == 0:
+            return None
+        base, here = _address(self._watched), _address(view)
+        size = arrays.nbytes(self._watched)
+        if not base <= here < base + size:
+            return None
+        return (here - base) // (arrays.nbytes(view) // arrays.count(view))
+
+    def _log(self, kind: str, buf, peer: int, tag: int) -> int:
+        event = Event(kind, self.rank, peer, tag, arrays.count(buf), self._offset(buf),
+                      id=len(self.events))
+        self.events.append(event)
+        return event.id
+
+    def isend(self, buf, dest: int, tag: int = 0):
+        return self._log("send", buf, dest, tag), self.inner.isend(buf, dest, tag)
+
+    def irecv(self, buf, source: int, tag: int = 0):
+        return self._log("recv", buf, source, tag), self.inner.irecv(buf, source, tag)
+
+    def waitall(self, requests) -> None:
+        self.inner.waitall([request for _, request in requests])
+        self.events.append(Event("wait", self.rank, requests=tuple(i for i, _ in requests),
+                                 id=len(self.events)))
+
+    def barrier(self) -> None:
+        self.inner.barrier()
+
+    def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False) -> None:
+        self.inner.reduce_local(op, inout, incoming, incoming_first=incoming_first)
+        self.events.append(Event("reduce", self.rank, count=arrays.count(inout),
+                                 offset=self._offset(inout), id=len(self.events)))
+
+    def native(self, array):
+        return self.inner.native(array)
+
+    def allgather_ints(self, values: np.ndarray) -> np.ndarray:
+        return self.inner.allgather_ints(values)
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        return self.inner.allgather_object(obj)
+
+    def trace(self, itemsize: int = 1) -> Trace:
+        """Gather every rank's log (collective) and return the whole :class:`Trace`."""
+        return Trace(self.inner.allgather_object(self.events), itemsize)
+
+
+def _address(x) -> int:
+    return x.__array_interface__["data"][0] if isinstance(x, np.ndarray) else x.data_ptr()
+
+
+class Trace:
+    """The logs of all ranks of one run."""
+
+    def __init__(self, events_by_rank: list[list[Event]], itemsize: int = 1):
+        self.events = events_by_rank
+        self.size = len(events_by_rank)
+        self.itemsize = itemsize
+
+    def _of(self, kind: str, rank: int) -> list[Event]:
+        return [e for e in self.events[rank] if e.kind == kind]
+
+    def messages_sent(self, rank: int) -> int:
+        return sum(1 for e in self._of("send", rank) if e.count)
+
+    def elements_sent(self, rank: int) -> int:
+        return sum(e.count for e in self._of("send", rank))
+
+    def elements_received(self, rank: int) -> int:
+        return sum(e.count for e in self._of("recv", rank))
+
+    def elements_reduced(self, rank: int) -> int:
+        return sum(e.count for e in self._of("reduce", rank))
+
+    def bytes_sent(self, rank: int) -> int:
+        return self.elements_sent(rank) * self.itemsize
+
+    def total_elements_sent(self) -> int:
+        return sum(self.elements_sent(r) for r in range(self.size))
+
+    def steps(self) -> int:
+        """Length of the critical path in steps, one step being one message time under the
+        single-port, full-duplex model.  Empty messages take no time."""
+        return max(self.finish_times(), default=0)
+
+    def finish_times(self) -> list[int]:
+        """When each rank finishes, in steps (see :meth:`steps`)."""
+        departures: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+        received: dict[tuple[int, int, int], int] = defaultdict(int)
+        clock = [0] * self.size
+        send_port = [0] * self.size
+        recv_port = [0] * self.size
+        pending: list[dict[int, tuple[Event, int]]] = [{} for _ in range(self.size)]
+        position = [0] * self.size
+        done = [False] * self.size
+        while not all(done):
+            progressed = False
+            for rank in range(self.size):
+                log = self.events[rank]
+                while position[rank] < len(log):
+                    event = log[position[rank]]
+                    if event.kind == "send":
+                        if event.count:
+                            send_port[rank] = max(clock[rank], send_port[rank]) + 1
+                        departures[rank, event.peer, event.tag].append(
+                            send_port[rank] if event.count else clock[rank])
+                        pending[rank][event.id] = (event, send_port[rank] if event.count else clock[rank])
+                    elif event.kind == "recv":
+                        pending[rank][event.id] = (event, clock[rank])
+                    elif event.kind == "wait":
+                        if not self._complete(rank, event, pending, departures, received,
+                                              clock, recv_port):
+                            break  # the matching send has not been replayed yet
+                    position[rank] += 1
+                    progressed = True
+                done[rank] = position[rank] == len(log)
+            if not progressed and not all(done):
+                raise RuntimeError("the trace cannot be replayed: a receive has no matching send")
+        return clock
+
+    @staticmethod
+    def _complete(rank, wait, pending, departures, received, clock, recv_port) -> bool:
+        finish = clock[rank]
+        receives = []
+        taken: dict[tuple[int, int, int], int] = defaultdict(int)  # this wait's earlier matches
+        for request in wait.requests:
+            event, posted = pending[rank][request]
+            if event.kind == "send":
+                finish = max(finish, posted)
+                continue
+            key = (event.peer, rank, event.tag)
+            index = received[key] + taken[key]
+            taken[key] += 1
+            if index >= len(departures[key]):
+                return False
+            receives.append((key, event, posted, departures[key][index]))
+        for key, event, posted, departure in receives:
+            received[key] += 1
+            if event.count:
+                recv_port[rank] = max(max(posted, recv_port[rank]) + 1, departure)
+                finish = max(finish, recv_port[rank])
+            else:
+                finish = max(finish, departure)
+        for request in wait.requests:
+            del pending[rank][request]
+        clock[rank] = finish
+        return True
+
+
+def record(algorithm: str, size: int, count: int, *, dtype: str = "int64", op: str = "sum",
+           make=None, **options) -> tuple[Trace, list[np.ndarray]]:
+    """Run ``algorithm`` on ``size`` thread ranks and return its :class:`Trace` and the
+    results.  ``make(rank, count)`` gives each rank's input (by default ``rank + 1`` in
+    every element)."""
+    from .api import allreduce
+
+    make = make or (lambda rank, n: np.full(n, rank + 1, dtype=dtype))
+
+    def body(comm):
+        tracer = TracingCommunicator(comm)
+        x = make(comm.rank, count)
+        tracer.watch(x)
+        result = allreduce(x, tracer, algorithm=algorithm, op=op, out=x, **options)
+        return tracer.events, result
+
+    runs = run_threads(size, body)
+    return Trace([events for events, _ in runs], np.dtype(dtype).itemsize), [r for _, r in runs]
