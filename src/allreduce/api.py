@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import arrays
-from .algorithms import REGISTRY, SHARDED, ring as _ring
+from .algorithms import REGISTRY, SHARDED
+from .algorithms.ring import allgather as ring_allgather
+from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 from .comm import Communicator, as_communicator
 from .ops import OPS, finish
 from .validation import agree, describe
@@ -92,7 +94,7 @@ def reduce_scatter(x: Any, comm: Any, op: str = "sum") -> tuple[int, int]:
     """
     communicator = _checked(x, comm, op, "ring")
     buffer = communicator.native(_flat_in_place(x))
-    lo, hi = _ring.reduce_scatter(buffer, communicator, OPS[op])
+    lo, hi = ring_reduce_scatter(buffer, communicator, OPS[op])
     finish(OPS[op], buffer[lo:hi], communicator.size)
     return lo, hi
 
@@ -104,5 +106,5 @@ def allgather(x: Any, comm: Any) -> Any:
     :func:`reduce_scatter`) and ends with every rank's chunk.  Returns ``x``.
     """
     communicator = _checked(x, comm, "max", "ring")  # "max" is valid for every dtype
-    _ring.allgather(communicator.native(_flat_in_place(x)), communicator)
+    ring_allgather(communicator.native(_flat_in_place(x)), communicator)
     return x

@@ -42,7 +42,9 @@ class ThreadWorld:
             queue.SimpleQueue
         )
         self._lock = threading.Lock()
-        self._barrier = threading.Barrier(size)
+        self._turnstile = threading.Condition()
+        self._arrived = 0
+        self._generation = 0
         self._slots: list[Any] = [None] * size
 
     def mailbox(self, source: int, dest: int, tag: int) -> queue.SimpleQueue:
@@ -50,14 +52,27 @@ class ThreadWorld:
             return self._mailboxes[source, dest, tag]
 
     def barrier(self) -> None:
-        try:
-            self._barrier.wait(timeout=self.timeout)
-        except threading.BrokenBarrierError:
-            raise PeerFailed("another rank failed or timed out at a barrier") from None
+        """Wait for every rank.  A rank released by the barrier always returns normally,
+        even if another rank fails right afterwards."""
+        with self._turnstile:
+            generation = self._generation
+            self._arrived += 1
+            if self._arrived == self.size:
+                self._arrived, self._generation = 0, generation + 1
+                self._turnstile.notify_all()
+                return
+            deadline = time.monotonic() + self.timeout
+            while generation == self._generation:
+                if self.failed.is_set():
+                    raise PeerFailed("another rank failed while this one waited at a barrier")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"a barrier waited {self.timeout:.0f} s: a deadlock?")
+                self._turnstile.wait(0.05)
 
     def abort(self) -> None:
         self.failed.set()
-        self._barrier.abort()
+        with self._turnstile:
+            self._turnstile.notify_all()
 
     def gather(self, rank: int, value: Any) -> list[Any]:
         self._slots[rank] = value

@@ -1,0 +1,157 @@
+"""Every algorithm against the reference, on the thread transport: world sizes 1 to 16
+(powers of two and not), counts from 0 to more than a thousand, every op and dtype.
+
+The inputs come from :func:`allreduce.testing.exact_input`, whose reduction is exact in any
+order, so results must match bit for bit: floats included.  The same algorithms run over
+MPI in tests/mpi and over gloo in tests/torchdist."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import allreduce
+from allreduce.testing import exact_input, first_difference, gradient_input, reference
+from allreduce.transports.threads import run_threads
+
+ALGORITHMS = allreduce.ALGORITHMS
+WORLD_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16]
+
+
+def counts_for(p: int) -> list[int]:
+    return sorted({0, 1, 2, 3, p - 1, p, p + 1, 2 * p + 1, 17, 1000, 1009})
+
+
+def run(p: int, algorithm: str, count: int, dtype: str, op: str, **options):
+    inputs = [exact_input(r, count, dtype, op) for r in range(p)]
+    results = run_threads(
+        p, lambda comm: allreduce.allreduce(inputs[comm.rank].copy(), comm, algorithm, op, **options)
+    )
+    return inputs, results
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("p", WORLD_SIZES)
+def test_sum_every_count(algorithm, p):
+    for count in counts_for(p):
+        inputs, results = run(p, algorithm, count, "int64", "sum")
+        expected = reference(inputs, "sum")
+        for rank, result in enumerate(results):
+            assert result.dtype == np.int64 and result.shape == (count,)
+            assert not first_difference(expected, result), (
+                f"{algorithm}, p={p}, count={count}, rank {rank}: "
+                + first_difference(expected, result))
+
+
+VALID_OP_DTYPES = [(op, dtype) for op in allreduce.OP_NAMES for dtype in allreduce.DTYPES
+                   if not (op == "mean" and dtype.startswith("int"))]  # rejected: test_validation
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize(("op", "dtype"), VALID_OP_DTYPES)
+def test_every_op_and_dtype(algorithm, op, dtype):
+    for p in (3, 4, 5):
+        for count in (1, 7, 130):
+            inputs, results = run(p, algorithm, count, dtype, op)
+            expected = reference(inputs, op)
+            for rank, result in enumerate(results):
+                assert result.dtype == np.dtype(dtype)
+                assert not first_difference(expected, result), (
+                    f"{algorithm} {op} {dtype} p={p} count={count} rank {rank}: "
+                    + first_difference(expected, result))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_rank_gets_the_same_bits(algorithm):
+    """Replicas stay identical only if every rank gets the same rounding, not just a close
+    answer.  Random float32 gradients make the order of additions visible."""
+    for p in (3, 4, 6):
+        inputs = [gradient_input(r, 1001, "float32") for r in range(p)]
+        results = run_threads(p, lambda comm: allreduce.allreduce(inputs[comm.rank], comm, algorithm))
+        for rank in range(1, p):
+            assert results[rank].tobytes() == results[0].tobytes(), f"{algorithm} rank {rank}"
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_shapes_out_and_in_place(algorithm):
+    p = 4
+    base = [exact_input(r, 60, "float32", "sum").reshape(3, 4, 5) for r in range(p)]
+    expected = reference(base, "sum")
+
+    def body(comm):
+        x = base[comm.rank].copy()
+        new = allreduce.allreduce(x, comm, algorithm)
+        assert new is not x and (x == base[comm.rank]).all(), "x changed without out=x"
+        target = np.zeros_like(x)
+        given = allreduce.allreduce(x, comm, algorithm, out=target)
+        same = allreduce.allreduce(x, comm, algorithm, out=x)
+        strided = np.asfortranarray(base[comm.rank])  # not C-contiguous: reduced via a copy
+        fortran = allreduce.allreduce(strided, comm, algorithm, out=strided)
+        return new, given is target, target, same is x, x, fortran is strided, strided
+
+    for new, used_target, target, in_place, x, kept_fortran, fortran in run_threads(p, body):
+        assert new.shape == (3, 4, 5) and used_target and in_place and kept_fortran
+        for got in (new, target, x, fortran):
+            assert not first_difference(expected, got)
+
+
+def test_scalar_and_non_contiguous_input():
+    def body(comm):
+        scalar = allreduce.allreduce(np.array(comm.rank + 1.0), comm, "ring")
+        column = np.arange(20.0).reshape(5, 4)[:, 1] * (comm.rank + 1)  # strided view
+        return scalar, allreduce.allreduce(column, comm, "rabenseifner")
+
+    for scalar, column in run_threads(3, body):
+        assert scalar.shape == () and scalar == 6.0
+        assert (column == np.arange(20.0).reshape(5, 4)[:, 1] * 6).all()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_torch_tensors_keep_their_type(algorithm):
+    torch = pytest.importorskip("torch")
+    p = 3
+    inputs = [exact_input(r, 50, "float32", "sum") for r in range(p)]
+
+    def body(comm):
+        x = torch.from_numpy(inputs[comm.rank].copy()).reshape(5, 10)
+        return allreduce.allreduce(x, comm, algorithm), allreduce.allreduce(x, comm, algorithm, out=x), x
+
+    for result, same, x in run_threads(p, body):
+        assert isinstance(result, torch.Tensor) and result.dtype == torch.float32
+        assert result.shape == (5, 10) and same is x
+        assert not first_difference(reference(inputs, "sum"), result.numpy())
+        assert (x == result).all()
+
+
+@pytest.mark.parametrize("servers", [1, 2, 3, 5])
+def test_parameter_server_shards(servers):
+    p = 5
+    inputs, results = run(p, "parameter_server", 103, "float64", "sum", servers=servers)
+    for result in results:
+        assert not first_difference(reference(inputs, "sum"), result)
+
+
+def test_ring_phases_compose_into_allreduce():
+    p, count = 4, 10  # uneven chunks: 3, 3, 2, 2
+    inputs = [exact_input(r, count, "int64", "sum") for r in range(p)]
+    expected = reference(inputs, "sum")
+
+    def body(comm):
+        x = inputs[comm.rank].copy()
+        lo, hi = allreduce.reduce_scatter(x, comm)
+        owned = x[lo:hi].copy()
+        allreduce.allgather(x, comm)
+        return (lo, hi), owned, x
+
+    for rank, (bounds, owned, full) in enumerate(run_threads(p, body)):
+        assert bounds == allreduce.chunk_bounds(count, p, rank)
+        assert (owned == expected[slice(*bounds)]).all(), f"rank {rank} owns a wrong chunk"
+        assert (full == expected).all()
+
+
+def test_auto_picks_by_size():
+    from allreduce.algorithms.auto import SMALL_MESSAGE_BYTES, choose
+
+    assert choose(SMALL_MESSAGE_BYTES, 4) == "recursive_doubling"
+    assert choose(SMALL_MESSAGE_BYTES + 1, 4) == "ring"
+    assert choose(10**9, 2) == "recursive_doubling"

@@ -1,0 +1,121 @@
+"""The cost formulas the book states, checked against what the communicator counts.
+
+For each algorithm: the number of steps on the critical path (the α term), the elements the
+busiest rank sends (β) and reduces (γ), from a trace of the real code.  n is divisible by
+every p used, so the formulas hold exactly; uneven chunks are checked separately."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from allreduce import chunk_bounds
+from allreduce.trace import record
+
+N = 5040  # divisible by 1..10
+
+
+def lg(p: int) -> int:
+    return math.ceil(math.log2(p))
+
+
+def is_power_of_two(p: int) -> bool:
+    return p & (p - 1) == 0
+
+
+def counts(algorithm, p, n=N, **options):
+    trace, results = record(algorithm, p, n, **options)
+    assert all((r == p * (p + 1) // 2).all() for r in results), "wrong result"
+    return trace, range(p)
+
+
+@pytest.mark.parametrize("p", range(2, 11))
+def test_ring(p):
+    trace, ranks = counts("ring", p)
+    assert trace.steps() == 2 * (p - 1)
+    for r in ranks:
+        assert trace.elements_sent(r) == 2 * (p - 1) * N // p
+        assert trace.elements_reduced(r) == (p - 1) * N // p
+        assert trace.messages_sent(r) == 2 * (p - 1)
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 7])
+def test_ring_uneven_chunks(p):
+    n = 1000 * p + 1  # not divisible by p
+    trace, ranks = counts("ring", p, n)
+    size = [hi - lo for lo, hi in (chunk_bounds(n, p, c) for c in range(p))]
+    assert max(size) - min(size) == 1
+    for r in ranks:  # reduce-scatter sends every chunk but r, all-gather every chunk but r+1
+        assert trace.elements_sent(r) == 2 * n - size[r] - size[(r + 1) % p]
+        assert trace.elements_reduced(r) == n - size[(r - 1) % p]
+
+
+@pytest.mark.parametrize("p", range(2, 11))
+def test_rabenseifner(p):
+    trace, ranks = counts("rabenseifner", p)
+    if is_power_of_two(p):
+        assert trace.steps() == 2 * lg(p)
+        for r in ranks:
+            assert trace.elements_sent(r) == 2 * (p - 1) * N // p
+            assert trace.elements_reduced(r) == (p - 1) * N // p
+    else:  # folded onto 2^⌊lg p⌋ ranks: one step of n before and one after
+        q = 1 << (p.bit_length() - 1)
+        assert trace.steps() == 2 * int(math.log2(q)) + 2
+        assert max(map(trace.elements_sent, ranks)) == 2 * (q - 1) * N // q + N
+
+
+@pytest.mark.parametrize("p", range(2, 11))
+def test_recursive_doubling(p):
+    trace, ranks = counts("recursive_doubling", p)
+    q = 1 << (p.bit_length() - 1)
+    extra = 0 if is_power_of_two(p) else 2
+    assert trace.steps() == int(math.log2(q)) + extra
+    if is_power_of_two(p):
+        for r in ranks:
+            assert trace.elements_sent(r) == N * lg(p)
+            assert trace.elements_reduced(r) == N * lg(p)
+
+
+@pytest.mark.parametrize("p", range(2, 11))
+def test_tree(p):
+    trace, ranks = counts("tree", p)
+    assert trace.steps() == 2 * lg(p)
+    # the root receives and sends lg p whole buffers, and reduces lg p of them
+    assert trace.elements_received(0) == trace.elements_sent(0) == lg(p) * N
+    assert trace.elements_reduced(0) == lg(p) * N
+    assert trace.total_elements_sent() == 2 * (p - 1) * N  # every edge of the tree, twice
+
+
+@pytest.mark.parametrize("p", range(2, 11))
+def test_reduce_broadcast(p):
+    trace, ranks = counts("reduce_broadcast", p)
+    assert trace.steps() == 2 * (p - 1)
+    assert trace.elements_received(0) == trace.elements_sent(0) == (p - 1) * N
+    assert trace.elements_reduced(0) == (p - 1) * N
+    for r in ranks[1:]:
+        assert trace.elements_sent(r) == trace.elements_received(r) == N
+
+
+@pytest.mark.parametrize("p", range(2, 11))
+def test_naive(p):
+    trace, ranks = counts("naive", p)
+    assert trace.steps() == p - 1
+    assert trace.total_elements_sent() == p * (p - 1) * N
+    for r in ranks:
+        assert trace.elements_sent(r) == (p - 1) * N
+        assert trace.elements_reduced(r) == (p - 1) * N
+
+
+@pytest.mark.parametrize(("p", "servers"),
+                         [(p, s) for p in range(2, 9) for s in (1, 2, 4, p) if s <= p])
+def test_parameter_server(p, servers):
+    trace, ranks = counts("parameter_server", p, servers=servers)
+    shard = N // servers
+    for s in range(servers):  # a server's link carries 2(p−1)·n/S elements
+        assert trace.elements_received(s) - (servers - 1) * shard == (p - 1) * shard
+        assert trace.elements_reduced(s) == (p - 1) * shard
+    assert max(trace.elements_sent(s) + trace.elements_received(s) for s in range(servers)) == \
+        2 * (p - 1) * shard + 2 * (servers - 1) * shard
+    if servers in (1, p):
+        assert trace.steps() == 2 * (p - 1)

@@ -1,0 +1,138 @@
+"""Bad input raises the same clear error on every rank, never a hang.
+
+Each case runs on thread ranks with a short timeout: a rank left waiting would raise
+TimeoutError instead of the expected error, and the test would fail."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import allreduce
+from allreduce.transports.threads import run_threads
+
+P = 4
+
+
+def errors_on_every_rank(per_rank_call, p=P):
+    """Run ``per_rank_call(comm)`` on p ranks; return the exception every rank raised."""
+    outcomes = run_threads(p, per_rank_call, timeout=10, return_exceptions=True)
+    for rank, outcome in enumerate(outcomes):
+        assert isinstance(outcome, (TypeError, ValueError)), f"rank {rank} returned {outcome!r}"
+    messages = {str(outcome) for outcome in outcomes}
+    assert len(messages) == 1, f"the ranks raised different messages: {messages}"
+    assert len({type(outcome) for outcome in outcomes}) == 1
+    return outcomes[0]
+
+
+def one_rank_differs(rank_that_differs, normal, odd, **call):
+    def body(comm):
+        x = odd() if comm.rank == rank_that_differs else normal()
+        return allreduce.allreduce(x, comm, **call)
+
+    return body
+
+
+CASES = [
+    # (what, per-rank call, expected type, pattern in the message)
+    ("a shorter buffer on one rank",
+     one_rank_differs(2, lambda: np.ones(1000), lambda: np.ones(999), algorithm="ring"),
+     ValueError, r"disagree on the element count: 1000 on ranks 0, 1, 3, 999 on rank 2"),
+    ("a different shape, same count",
+     one_rank_differs(1, lambda: np.ones((4, 6)), lambda: np.ones((6, 4))),
+     ValueError, r"disagree on the shape: \(4, 6\) on ranks 0, 2, 3, \(6, 4\) on rank 1"),
+    ("a different dtype",
+     one_rank_differs(3, lambda: np.ones(8, np.float32), lambda: np.ones(8, np.float64)),
+     ValueError, r"disagree on the dtype: float32 on ranks 0, 1, 2, float64 on rank 3"),
+    ("an unknown algorithm everywhere",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="rign"),
+     ValueError, r"unknown algorithm 'rign'; choose one of parameter_server, .*ring"),
+    ("an unknown algorithm on one rank",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="rign" if comm.rank == 1 else "ring"),
+     ValueError, r"invalid call on rank 1 \(rank 1: ValueError: unknown algorithm 'rign'"),
+    ("different algorithms",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm=("ring", "tree")[comm.rank % 2]),
+     ValueError, r"disagree on the algorithm: ring on ranks 0, 2, tree on ranks 1, 3"),
+    ("an unknown op",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, op="avg"),
+     ValueError, r"unknown op 'avg'; choose one of sum, mean, max, min, prod"),
+    ("different ops",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, op="max" if comm.rank else "sum"),
+     ValueError, r"disagree on the op: sum on rank 0, max on ranks 1, 2, 3"),
+    ("mean of integers",
+     lambda comm: allreduce.allreduce(np.ones(4, np.int32), comm, op="mean"),
+     TypeError, r"op 'mean' needs a floating-point dtype, got int32"),
+    ("strings",
+     lambda comm: allreduce.allreduce(np.array(["a", "b"]), comm),
+     TypeError, r"dtype str\d+ is not supported; use one of float16, float32, float64, int32, int64"),
+    ("Python objects",
+     lambda comm: allreduce.allreduce(np.array([1, None]), comm),
+     TypeError, r"dtype object is not supported"),
+    ("complex numbers",
+     lambda comm: allreduce.allreduce(np.ones(3, np.complex128), comm),
+     TypeError, r"dtype complex128 is not supported"),
+    ("booleans",
+     lambda comm: allreduce.allreduce(np.ones(3, bool), comm),
+     TypeError, r"dtype bool is not supported"),
+    ("a list on one rank",
+     lambda comm: allreduce.allreduce([1.0, 2.0] if comm.rank == 0 else np.ones(2), comm),
+     TypeError, r"invalid call on rank 0 \(rank 0: TypeError: x must be a numpy.ndarray or a torch.Tensor, got list\)"),
+    ("out of the wrong shape",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, out=np.ones(5)),
+     ValueError, r"out must have x's shape and dtype \(4,\) float64, got \(5,\) float64"),
+    ("out of the wrong type",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, out=[0.0] * 4),
+     TypeError, r"out must be of the same type as x \(ndarray\), got list"),
+    ("servers for an algorithm without servers",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="ring", servers=2),
+     ValueError, r"servers= applies only to parameter_server and sharded_parameter_server"),
+    ("more servers than ranks",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server", servers=9),
+     ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got 9"),
+    ("several ranks with different problems",
+     lambda comm: allreduce.allreduce(
+         np.ones(4, np.int64) if comm.rank == 1 else np.ones(4), comm,
+         op="mean", algorithm="nope" if comm.rank == 2 else "ring"),
+     TypeError, r"invalid call on ranks 1, 2 \(rank 1: TypeError: op 'mean' needs .*; "
+                r"rank 2: ValueError: unknown algorithm 'nope'"),
+]
+
+
+@pytest.mark.parametrize(("what", "call", "error", "pattern"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_raises_the_same_error_on_every_rank(what, call, error, pattern):
+    raised = errors_on_every_rank(call)
+    assert isinstance(raised, error)
+    assert re.search(pattern, str(raised)), str(raised)
+
+
+def test_the_ranks_recover_after_an_error():
+    """An error leaves no message in flight: the next call on the same ranks works."""
+    def body(comm):
+        with pytest.raises(ValueError):
+            allreduce.allreduce(np.ones(10 + (comm.rank == 0)), comm, algorithm="ring")
+        return allreduce.allreduce(np.ones(10), comm, algorithm="ring")
+
+    for result in run_threads(P, body, timeout=10):
+        assert (result == P).all()
+
+
+def test_a_communicator_of_the_wrong_kind():
+    with pytest.raises(TypeError, match=r"comm must be an mpi4py intracommunicator .* got int"):
+        allreduce.allreduce(np.ones(3), 42)
+    with pytest.raises(TypeError, match=r"got str"):
+        allreduce.allreduce(np.ones(3), "COMM_WORLD")
+
+
+def test_torch_tensor_mismatches():
+    torch = pytest.importorskip("torch")
+    raised = errors_on_every_rank(
+        one_rank_differs(0, lambda: torch.ones(6), lambda: torch.ones(6, dtype=torch.float64)))
+    assert re.search(r"disagree on the dtype: float64 on rank 0, float32 on ranks 1, 2, 3", str(raised))
+    raised = errors_on_every_rank(
+        lambda comm: allreduce.allreduce(torch.ones(3, dtype=torch.complex64), comm))
+    assert "dtype complex64 is not supported" in str(raised)
+    raised = errors_on_every_rank(
+        lambda comm: allreduce.allreduce(torch.ones(3), comm, out=np.ones(3, np.float32)))
+    assert "out must be of the same type as x (Tensor), got ndarray" in str(raised)
