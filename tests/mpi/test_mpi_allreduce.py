@@ -1,0 +1,135 @@
+"""Every algorithm against MPI_Allreduce, on real MPI processes (run by tests/test_mpi.py at
+world sizes 1 to 5)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from conftest import assert_on_all_ranks
+from mpi4py import MPI
+
+import allreduce
+from allreduce.testing import exact_input, first_difference, gradient_input, sum_tolerance
+from allreduce.trace import TracingCommunicator
+from allreduce.transports.mpi import MPICommunicator
+
+MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
+VALID = [(op, dtype) for op in allreduce.OP_NAMES for dtype in allreduce.DTYPES
+         if not (op == "mean" and dtype.startswith("int"))]
+
+
+def mpi_reference(comm, x, op):
+    expected = np.empty_like(x)
+    comm.Allreduce(x, expected, op=MPI_OPS[op])
+    if op == "mean":
+        expected /= np.array(comm.size, dtype=x.dtype)
+    return expected
+
+
+def check(comm, algorithm, op, dtype, count, **options):
+    x = exact_input(comm.rank, count, dtype, op)
+    result = allreduce.allreduce(x, comm, algorithm=algorithm, op=op, **options)
+    wrong = first_difference(mpi_reference(comm, x, op), result)
+    same_type = result.dtype == x.dtype and result.shape == x.shape
+    assert_on_all_ranks(comm, not wrong and same_type,
+                        f"{algorithm} {op} {dtype} count={count}: {wrong or 'wrong dtype/shape'}")
+
+
+@pytest.mark.parametrize("algorithm", allreduce.ALGORITHMS)
+def test_every_op_dtype_and_small_count(world, algorithm):
+    p = world.size
+    for op, dtype in VALID:
+        for count in sorted({0, 1, 3, p - 1, p + 1, 1000}):
+            check(world, algorithm, op, dtype, count)
+
+
+@pytest.mark.parametrize("algorithm", allreduce.ALGORITHMS)
+def test_large_prime_count_every_op(world, algorithm):
+    for op, dtype in [("sum", "float64"), ("mean", "float32"), ("max", "int64"),
+                      ("min", "float16"), ("prod", "int32"), ("sum", "int64")]:
+        check(world, algorithm, op, dtype, 1_000_003)
+
+
+@pytest.mark.parametrize("algorithm", allreduce.ALGORITHMS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_random_gradients(world, algorithm, dtype):
+    """Realistic floats: within the summation error bound of MPI's answer, and the very
+    same bits on every rank."""
+    x = gradient_input(world.rank, 4099, dtype)
+    result = allreduce.allreduce(x, world, algorithm=algorithm)
+    expected = mpi_reference(world, x, "sum")
+    inputs = world.allgather(x)
+    close = bool((np.abs(result.astype(np.float64) - expected) <= sum_tolerance(inputs)).all())
+    assert_on_all_ranks(world, close, f"{algorithm} differs from MPI_Allreduce beyond the bound")
+    digests = world.allgather(result.tobytes())
+    assert_on_all_ranks(world, all(d == digests[0] for d in digests),
+                        f"{algorithm}: ranks hold different bits")
+
+
+def test_duplicated_and_split_communicators(world):
+    dup = world.Dup()
+    half = world.Split(color=world.rank % 2, key=world.rank)
+    try:
+        for algorithm in allreduce.ALGORITHMS:
+            check(dup, algorithm, "sum", "int64", 101)
+            check(half, algorithm, "max", "float32", 101)
+            own = MPICommunicator(half)  # the library's own communicator object works too
+            x = exact_input(half.rank, 57, "int32", "sum")
+            result = allreduce.allreduce(x, own, algorithm=algorithm)
+            assert_on_all_ranks(world, not first_difference(mpi_reference(half, x, "sum"), result),
+                                f"{algorithm} on a Communicator object")
+    finally:
+        dup.Free()
+        half.Free()
+
+
+def test_torch_cpu_tensors_over_mpi(world):
+    torch = pytest.importorskip("torch")
+    x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (world.rank + 1)
+    result = allreduce.allreduce(x, world, algorithm="ring")
+    expected = torch.arange(12, dtype=torch.float64).reshape(3, 4) * sum(range(1, world.size + 1))
+    assert_on_all_ranks(world, isinstance(result, torch.Tensor) and bool((result == expected).all()),
+                        f"got {result}")
+
+
+def test_a_shorter_buffer_fails_on_every_rank_within_seconds(world):
+    count = 1000 - (world.rank == world.size - 1) if world.size > 1 else 1000
+    start = time.monotonic()
+    try:
+        allreduce.allreduce(np.ones(count), world, algorithm="ring")
+        message = "no error"
+    except ValueError as error:
+        message = str(error)
+    elapsed = time.monotonic() - start
+    messages = world.allgather(message)
+    if world.size == 1:
+        assert_on_all_ranks(world, message == "no error", message)
+        return
+    expected = (f"disagree on the element count: 1000 on ranks {', '.join(map(str, range(world.size - 1)))}"
+                if world.size > 2 else "disagree on the element count: 1000 on rank 0")
+    assert_on_all_ranks(world, expected in message and len(set(messages)) == 1 and elapsed < 5,
+                        f"{message!r} after {elapsed:.1f} s")
+
+
+def test_bad_input_on_one_rank_raises_everywhere(world):
+    algorithm = "rign" if world.rank == 0 else "ring"
+    try:
+        allreduce.allreduce(np.ones(5), world, algorithm=algorithm)
+        message = "no error"
+    except ValueError as error:
+        message = str(error)
+    assert_on_all_ranks(world, "invalid call on rank 0" in message and "'rign'" in message, message)
+
+
+def test_trace_counts_on_real_mpi(world):
+    """The ring's byte count, counted on the MPI transport itself."""
+    p, n = world.size, 60 * world.size
+    tracer = TracingCommunicator(MPICommunicator(world))
+    x = np.ones(n, dtype=np.float32)
+    allreduce.allreduce(x, tracer, algorithm="ring", out=x)
+    trace = tracer.trace(itemsize=4)
+    ok = trace.steps() == 2 * (p - 1) and all(
+        trace.bytes_sent(r) == 2 * (p - 1) * n // p * 4 for r in range(p))
+    assert_on_all_ranks(world, ok and bool((x == p).all()), f"steps {trace.steps()}")

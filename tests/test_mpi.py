@@ -1,0 +1,47 @@
+"""Real MPI: the suite in tests/mpi at world sizes 1 to 5, and a job that must abort.
+
+Each run uses the virtual environment's mpiexec (the PyPI MPICH that `make` installs) and
+starts Python with ``-m mpi4py``, so that an uncaught exception on one rank aborts the job.
+Each run has a timeout: a deadlock fails the test instead of hanging it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import child_env
+
+TIMEOUT = 300  # about 20 s is typical for 5 ranks on 2 cores; a hang is killed at this
+
+
+def mpiexec(venv_bin, n, *args, timeout=TIMEOUT):
+    command = [str(venv_bin / "mpiexec"), "-n", str(n), sys.executable, "-m", "mpi4py", *args]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=child_env())
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"mpiexec -n {n} did not finish in {timeout} s (a deadlock?)\n"
+                    f"{(expired.stdout or b'')[-3000:]}")
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])
+def test_suite_under_mpiexec(venv_bin, root, ranks):
+    run = mpiexec(venv_bin, ranks, "-m", "pytest", str(root / "tests" / "mpi"), "-q",
+                  "-p", "no:cacheprovider", "--rootdir", str(root))
+    report = run.stdout[-5000:] + run.stderr[-3000:]
+    assert run.returncode == 0, report
+    assert " passed" in run.stdout and "failed" not in run.stdout, report
+
+
+def test_a_mismatched_length_aborts_the_job(venv_bin, root):
+    start = time.monotonic()
+    run = mpiexec(venv_bin, 4, str(root / "tests" / "mpi" / "scripts" / "mismatched_length.py"),
+                  timeout=60)
+    elapsed = time.monotonic() - start
+    assert run.returncode != 0
+    assert "not reached" not in run.stdout
+    assert "ValueError: allreduce: the ranks disagree on the element count: " \
+           "1000 on ranks 0, 1, 2, 999 on rank 3" in run.stderr, run.stderr[-3000:]
+    assert elapsed < 30, f"the job took {elapsed:.0f} s to exit"
