@@ -1,0 +1,40 @@
+"""Real torch.distributed process groups, started by torchrun: gloo across 3 processes on
+every machine, and NCCL on CUDA devices where there are any (marked ``gpu``)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from conftest import child_env
+
+TIMEOUT = 300
+
+
+def torchrun(venv_bin, processes, *args):
+    command = [str(venv_bin / "torchrun"), "--standalone", "--nproc-per-node", str(processes), *args]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
+                              env=child_env())
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"torchrun did not finish in {TIMEOUT} s (a deadlock?)\n"
+                    f"{(expired.stdout or b'')[-3000:]}")
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_gloo_suite_under_torchrun(venv_bin, root, processes):
+    run = torchrun(venv_bin, processes, "-m", "pytest", str(root / "tests" / "torchdist"), "-q",
+                   "-p", "no:cacheprovider", "--rootdir", str(root))
+    report = run.stdout[-5000:] + run.stderr[-3000:]
+    assert run.returncode == 0, report
+    assert " passed" in run.stdout and "failed" not in run.stdout, report
+
+
+@pytest.mark.gpu
+def test_nccl_every_algorithm(venv_bin, root):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    run = torchrun(venv_bin, max(1, torch.cuda.device_count()),
+                   str(root / "tests" / "gpu" / "nccl_check.py"))
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]

@@ -1,0 +1,86 @@
+"""Every algorithm over torch.distributed with gloo, against ``dist.all_reduce``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import assert_on_all_ranks
+
+import allreduce
+from allreduce.testing import exact_input, first_difference
+
+TORCH_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+             "min": dist.ReduceOp.MIN, "prod": dist.ReduceOp.PRODUCT}
+VALID = [(op, dtype) for op in allreduce.OP_NAMES for dtype in allreduce.DTYPES
+         if not (op == "mean" and dtype.startswith("int"))]
+
+
+def torch_reference(x: torch.Tensor, op: str, group=None) -> torch.Tensor:
+    expected = x.clone()
+    dist.all_reduce(expected, op=TORCH_OPS[op], group=group)
+    if op == "mean":
+        expected /= dist.get_world_size(group)
+    return expected
+
+
+@pytest.mark.parametrize("algorithm", allreduce.ALGORITHMS)
+def test_every_op_and_dtype_against_dist_all_reduce(world, algorithm):
+    rank = dist.get_rank()
+    for op, dtype in VALID:
+        for count in (0, 1, 2, 5, 1000):
+            x = torch.from_numpy(exact_input(rank, count, dtype, op)).reshape(-1, 1)
+            result = allreduce.allreduce(x, world, algorithm=algorithm, op=op)
+            wrong = first_difference(torch_reference(x, op).numpy(), result.numpy())
+            assert_on_all_ranks(
+                not wrong and result.dtype == x.dtype and result.shape == x.shape,
+                f"{algorithm} {op} {dtype} count={count}: {wrong}")
+
+
+@pytest.mark.parametrize("algorithm", allreduce.ALGORITHMS)
+def test_in_place_on_a_subgroup(algorithm):
+    """A process group other than the default one: ranks are group-relative."""
+    members = sorted({0, dist.get_world_size() - 1})
+    group = dist.new_group(members)
+    if dist.get_rank() in members:
+        x = torch.from_numpy(exact_input(dist.get_rank(), 77, "float32", "sum"))
+        expected = torch_reference(x, "sum", group)
+        result = allreduce.allreduce(x, group, algorithm=algorithm, out=x)
+        ok, why = result is x and not first_difference(expected.numpy(), x.numpy()), "subgroup"
+    else:
+        ok, why = True, ""
+    assert_on_all_ranks(ok, why)
+    dist.destroy_process_group(group)
+
+
+def test_numpy_arrays_over_gloo(world):
+    x = np.full(10, dist.get_rank() + 1, dtype=np.int64)
+    result = allreduce.allreduce(x, world, algorithm="ring")
+    p = dist.get_world_size()
+    assert_on_all_ranks(isinstance(result, np.ndarray) and bool((result == p * (p + 1) // 2).all()),
+                        str(result))
+
+
+def test_mismatch_raises_on_every_rank(world):
+    if dist.get_world_size() == 1:
+        pytest.skip("a mismatch needs two ranks")
+    count = 50 + (dist.get_rank() == 1)
+    try:
+        allreduce.allreduce(torch.ones(count), world, algorithm="ring")
+        message = "no error"
+    except ValueError as error:
+        message = str(error)
+    assert_on_all_ranks("disagree on the element count" in message and "51 on rank 1" in message,
+                        message)
+
+
+def test_cuda_tensor_needs_nccl(world):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the gloo/CUDA mismatch cannot be built here")
+    try:
+        allreduce.allreduce(torch.ones(4, device="cuda"), world)
+        message = "no error"
+    except TypeError as error:
+        message = str(error)
+    assert_on_all_ranks("cannot go over a gloo process group" in message, message)
