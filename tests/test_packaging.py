@@ -16,7 +16,7 @@ def normalise(requirement: str) -> str:
 def test_environment_yml_matches_pyproject(root):
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     wanted = {normalise(r) for r in project["dependencies"]}
-    for extra, requirements in project["optional-dependencies"].items():
+    for requirements in project["optional-dependencies"].values():
         wanted |= {normalise(r) for r in requirements if not r.startswith("allreduce[")}
     environment = yaml.safe_load((root / "environment.yml").read_text())
     pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))

@@ -107,6 +107,8 @@ def describe(
         comm.native(x)  # raises TypeError if this transport cannot move x
     except (TypeError, ValueError) as problem:
         call.problem = problem
+    except Exception as problem:  # anything unforeseen is still reported on every rank
+        call.problem = TypeError(f"{type(problem).__name__}: {problem}")
     return call
 
 

@@ -88,10 +88,11 @@ def test_duplicated_and_split_communicators(world):
 def test_torch_cpu_tensors_over_mpi(world):
     torch = pytest.importorskip("torch")
     x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (world.rank + 1)
+    x.requires_grad_()  # a leaf that autograd tracks, such as a parameter
     result = allreduce.allreduce(x, world, algorithm="ring")
     expected = torch.arange(12, dtype=torch.float64).reshape(3, 4) * sum(range(1, world.size + 1))
-    assert_on_all_ranks(world, isinstance(result, torch.Tensor) and bool((result == expected).all()),
-                        f"got {result}")
+    assert_on_all_ranks(world, isinstance(result, torch.Tensor) and bool((result == expected).all())
+                        and not result.requires_grad, f"got {result}")
 
 
 def test_a_shorter_buffer_fails_on_every_rank_within_seconds(world):

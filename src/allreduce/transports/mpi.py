@@ -62,7 +62,7 @@ class MPICommunicator(Communicator):
                 "a CUDA tensor cannot go over the mpi4py transport (it moves host memory); "
                 "use a torch.distributed process group with the nccl backend"
             )
-        return array.numpy()  # a CPU tensor: a view on the same memory
+        return array.detach().numpy()  # a CPU tensor: a view on the same memory
 
     def allgather_ints(self, values: np.ndarray) -> np.ndarray:
         gathered = np.empty((self.size, values.size), dtype=np.int64)
