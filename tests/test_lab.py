@@ -1,0 +1,53 @@
+"""The labs' cluster helper, on real ipyparallel engines started by the environment's MPI."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from allreduce import lab
+
+
+# What a lab's first %%px cell does: the library's ring against MPI_Allreduce, on the engines.
+ENGINE_CHECK = """
+import numpy as np
+from mpi4py import MPI
+import allreduce
+
+comm = MPI.COMM_WORLD
+x = np.arange(1001, dtype=np.float64) * (comm.rank + 1)
+expected = np.empty_like(x)
+comm.Allreduce(x, expected)
+outcome = (comm.rank, comm.size, bool((allreduce.allreduce(x, comm, algorithm="ring") == expected).all()))
+"""
+
+
+def test_engines_are_mpi_ranks_and_run_the_library():
+    start = time.monotonic()
+    with lab.cluster(n=4) as view:
+        started = time.monotonic() - start
+        assert view.block and len(view) == 4
+        view.execute(ENGINE_CHECK)
+        assert view["outcome"] == [(r, 4, True) for r in range(4)]  # engine id == MPI rank
+        assert view.client.ids == [0, 1, 2, 3]
+    assert started < 60, f"the cluster took {started:.0f} s to start"
+
+
+def test_engines_stop_when_a_cell_fails():
+    with pytest.raises(ZeroDivisionError):
+        with lab.cluster(n=2) as view:
+            view.execute("import os; pid = os.getpid()")
+            pids = view["pid"]
+            1 / 0
+    import os
+
+    time.sleep(1)
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    assert not alive, f"engines still running: {alive}"
