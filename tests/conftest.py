@@ -4,6 +4,7 @@ virtual environment that runs pytest, never on PATH."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,3 +31,15 @@ def child_env() -> dict[str, str]:
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def run_launcher(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run a launcher (mpiexec, torchrun) to completion; a run that outlasts ``timeout``
+    is killed and fails the test as a deadlock instead of hanging the suite."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=child_env())
+    except subprocess.TimeoutExpired as expired:
+        output = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout
+        pytest.fail(f"{' '.join(command[:4])} … did not finish in {timeout} s (a deadlock?)\n"
+                    f"{(output or '')[-3000:]}")

@@ -35,11 +35,11 @@ def test_engines_are_mpi_ranks_and_run_the_library():
 
 
 def test_engines_stop_when_a_cell_fails():
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(RuntimeError, match="a cell that fails"):
         with lab.cluster(n=2) as view:
             view.execute("import os; pid = os.getpid()")
             pids = view["pid"]
-            1 / 0
+            raise RuntimeError("a cell that fails")
     import os
 
     time.sleep(1)

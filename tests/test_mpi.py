@@ -6,24 +6,18 @@ Each run has a timeout: a deadlock fails the test instead of hanging it."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
 import pytest
-from conftest import child_env
+from conftest import run_launcher
 
 TIMEOUT = 300  # about 20 s is typical for 5 ranks on 2 cores; a hang is killed at this
 
 
 def mpiexec(venv_bin, n, *args, timeout=TIMEOUT):
     command = [str(venv_bin / "mpiexec"), "-n", str(n), sys.executable, "-m", "mpi4py", *args]
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              env=child_env())
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"mpiexec -n {n} did not finish in {timeout} s (a deadlock?)\n"
-                    f"{(expired.stdout or b'')[-3000:]}")
+    return run_launcher(command, timeout)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])

@@ -3,22 +3,15 @@ every machine, and NCCL on CUDA devices where there are any (marked ``gpu``)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from conftest import child_env
+from conftest import run_launcher
 
 TIMEOUT = 300
 
 
 def torchrun(venv_bin, processes, *args):
     command = [str(venv_bin / "torchrun"), "--standalone", "--nproc-per-node", str(processes), *args]
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
-                              env=child_env())
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"torchrun did not finish in {TIMEOUT} s (a deadlock?)\n"
-                    f"{(expired.stdout or b'')[-3000:]}")
+    return run_launcher(command, TIMEOUT)
 
 
 @pytest.mark.parametrize("processes", [1, 3])

@@ -58,8 +58,9 @@ def allreduce(
     Returns the result, of ``x``'s type, shape and dtype.  Every rank gets the same bits.
 
     Raises ``TypeError`` or ``ValueError`` on every rank, before any data moves, if any rank's
-    call is invalid or the ranks' calls disagree (chapter "Ring allreduce", section on
-    failure).  A ``comm`` of the wrong kind raises ``TypeError`` at once.
+    call is invalid or the ranks' calls disagree (see :mod:`allreduce.validation` and the
+    chapter "The allreduce library").  A ``comm`` of the wrong kind raises ``TypeError`` at
+    once: there is no communicator to agree over.
     """
     communicator = _checked(x, comm, op, algorithm, out, servers)
     result = arrays.new_like(x) if out is None else out
