@@ -9,11 +9,12 @@ STAMP  := $(VENV)/.installed
 # pip picks the local CPU torch wheel when the machine keeps one in /opt/wheels.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: all book test venv clean help
+.PHONY: book test lab venv clean help
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes its code)"
 	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, book build"
+	@echo "make lab    open JupyterLab on the labs (their engines use .venv's mpiexec)"
 	@echo "make venv   only create .venv and install the package with all extras"
 	@echo "make clean  remove _build and .venv"
 
@@ -32,6 +33,9 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab labs/
 
 clean:
 	rm -rf _build $(VENV)
