@@ -43,3 +43,16 @@ def run_launcher(command: list[str], timeout: float) -> subprocess.CompletedProc
         output = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout
         pytest.fail(f"{' '.join(command[:4])} … did not finish in {timeout} s (a deadlock?)\n"
                     f"{(output or '')[-3000:]}")
+
+
+def inner_pytest(folder: str) -> list[str]:
+    """Arguments that run the pytest suite in ``tests/<folder>`` inside a launched job."""
+    return ["-m", "pytest", str(ROOT / "tests" / folder), "-q", "-p", "no:cacheprovider",
+            "--rootdir", str(ROOT)]
+
+
+def assert_inner_suite_passed(run: subprocess.CompletedProcess) -> None:
+    """The launched suite exited cleanly and its rank-0 report shows passes, no failures."""
+    report = run.stdout[-5000:] + run.stderr[-3000:]
+    assert run.returncode == 0, report
+    assert " passed" in run.stdout and "failed" not in run.stdout, report

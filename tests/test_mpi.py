@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import run_launcher
+from conftest import assert_inner_suite_passed, inner_pytest, run_launcher
 
 TIMEOUT = 300  # about 20 s is typical for 5 ranks on 2 cores; a hang is killed at this
 
@@ -21,12 +21,8 @@ def mpiexec(venv_bin, n, *args, timeout=TIMEOUT):
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])
-def test_suite_under_mpiexec(venv_bin, root, ranks):
-    run = mpiexec(venv_bin, ranks, "-m", "pytest", str(root / "tests" / "mpi"), "-q",
-                  "-p", "no:cacheprovider", "--rootdir", str(root))
-    report = run.stdout[-5000:] + run.stderr[-3000:]
-    assert run.returncode == 0, report
-    assert " passed" in run.stdout and "failed" not in run.stdout, report
+def test_suite_under_mpiexec(venv_bin, ranks):
+    assert_inner_suite_passed(mpiexec(venv_bin, ranks, *inner_pytest("mpi")))
 
 
 def test_a_mismatched_length_aborts_the_job(venv_bin, root):

@@ -4,7 +4,7 @@ every machine, and NCCL on CUDA devices where there are any (marked ``gpu``)."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_launcher
+from conftest import assert_inner_suite_passed, inner_pytest, run_launcher
 
 TIMEOUT = 300
 
@@ -15,12 +15,8 @@ def torchrun(venv_bin, processes, *args):
 
 
 @pytest.mark.parametrize("processes", [1, 3])
-def test_gloo_suite_under_torchrun(venv_bin, root, processes):
-    run = torchrun(venv_bin, processes, "-m", "pytest", str(root / "tests" / "torchdist"), "-q",
-                   "-p", "no:cacheprovider", "--rootdir", str(root))
-    report = run.stdout[-5000:] + run.stderr[-3000:]
-    assert run.returncode == 0, report
-    assert " passed" in run.stdout and "failed" not in run.stdout, report
+def test_gloo_suite_under_torchrun(venv_bin, processes):
+    assert_inner_suite_passed(torchrun(venv_bin, processes, *inner_pytest("torchdist")))
 
 
 @pytest.mark.gpu
