@@ -64,7 +64,7 @@ def copy_into(dst, src) -> None:
     if isinstance(dst, np.ndarray):
         np.copyto(dst, src)
     else:
-        dst.detach().copy_(src.detach() if is_tensor(src) else src)
+        dst.detach().copy_(src.detach())
 
 
 def device(x) -> str:

@@ -157,11 +157,11 @@ class Trace:
                 while position[rank] < len(log):
                     event = log[position[rank]]
                     if event.kind == "send":
+                        departure = clock[rank]  # an empty message takes no time
                         if event.count:
-                            send_port[rank] = max(clock[rank], send_port[rank]) + 1
-                        departures[rank, event.peer, event.tag].append(
-                            send_port[rank] if event.count else clock[rank])
-                        pending[rank][event.id] = (event, send_port[rank] if event.count else clock[rank])
+                            departure = send_port[rank] = max(clock[rank], send_port[rank]) + 1
+                        departures[rank, event.peer, event.tag].append(departure)
+                        pending[rank][event.id] = (event, departure)
                     elif event.kind == "recv":
                         pending[rank][event.id] = (event, clock[rank])
                     elif event.kind == "wait":

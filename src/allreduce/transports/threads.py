@@ -191,7 +191,7 @@ def run_threads(
             raise TimeoutError(f"{thread.name} did not finish within {timeout:.0f} s")
     if return_exceptions:
         return [failure if failure is not None else result for result, failure in zip(results, failures)]
-    real = [f for f in failures if f is not None and not isinstance(f, PeerFailed)]
-    if real or any(failures):
-        raise (real or [f for f in failures if f is not None])[0]
+    failed = [f for f in failures if f is not None]
+    if failed:  # the first rank that failed by itself, not one woken by another's failure
+        raise next((f for f in failed if not isinstance(f, PeerFailed)), failed[0])
     return results
