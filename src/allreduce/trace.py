@@ -10,6 +10,11 @@ local reduction it is asked to do, with element offsets into the buffer being re
   Rabenseifner & Gropp 2005).  It is computed by replaying the logs with a clock per port,
   matching the k-th send from ``s`` to ``d`` with the k-th receive at ``d`` from ``s``.
 
+With ``watch(buf, snapshots=True)`` the tracer also copies the watched buffer after every
+receive and reduction, and :meth:`Trace.states` replays those copies onto the same step
+clock: what every rank holds after every step.  The book's step figures and animations
+(:mod:`allreduce.viz`) are drawn from exactly that.
+
 The trace is taken on the real transport and the real algorithm: under ``mpiexec`` wrap
 ``MPI.COMM_WORLD``; in the book, :func:`record` runs the ranks as threads.
 """
@@ -17,7 +22,7 @@ The trace is taken on the real transport and the real algorithm: under ``mpiexec
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +44,7 @@ class Event:
     offset: int | None = None  # where in the watched buffer, if it lies there
     requests: tuple[int, ...] = ()  # for wait: the ids of the send/recv events it completes
     id: int = -1
+    snapshot: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 class TracingCommunicator(Communicator):
@@ -48,11 +54,22 @@ class TracingCommunicator(Communicator):
         self.inner = inner
         self.rank, self.size = inner.rank, inner.size
         self.events: list[Event] = []
+        self.initial: np.ndarray | None = None
         self._watched = None
+        self._snapshots = False
 
-    def watch(self, buf) -> None:
-        """Record offsets relative to ``buf`` (the buffer being reduced)."""
+    def watch(self, buf, *, snapshots: bool = False) -> None:
+        """Record offsets relative to ``buf`` (the buffer being reduced).  With
+        ``snapshots``, also keep a copy of ``buf`` now and after every wait and reduction."""
         self._watched = buf
+        self._snapshots = snapshots
+        self.initial = self._copy() if snapshots else None
+
+    def _copy(self) -> np.ndarray | None:
+        if not self._snapshots:
+            return None
+        buf = self._watched
+        return buf.copy() if isinstance(buf, np.ndarray) else buf.detach().cpu().numpy().copy()
 
     def _offset(self, view) -> int | None:
         if self._watched is None or arrays.count(view) == 0:
@@ -78,7 +95,7 @@ class TracingCommunicator(Communicator):
     def waitall(self, requests) -> None:
         self.inner.waitall([request for _, request in requests])
         self.events.append(Event("wait", self.rank, requests=tuple(i for i, _ in requests),
-                                 id=len(self.events)))
+                                 id=len(self.events), snapshot=self._copy()))
 
     def barrier(self) -> None:
         self.inner.barrier()
@@ -86,7 +103,8 @@ class TracingCommunicator(Communicator):
     def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False) -> None:
         self.inner.reduce_local(op, inout, incoming, incoming_first=incoming_first)
         self.events.append(Event("reduce", self.rank, count=arrays.count(inout),
-                                 offset=self._offset(inout), id=len(self.events)))
+                                 offset=self._offset(inout), id=len(self.events),
+                                 snapshot=self._copy()))
 
     def native(self, array):
         return self.inner.native(array)
@@ -99,7 +117,9 @@ class TracingCommunicator(Communicator):
 
     def trace(self, itemsize: int = 1) -> Trace:
         """Gather every rank's log (collective) and return the whole :class:`Trace`."""
-        return Trace(self.inner.allgather_object(self.events), itemsize)
+        logs = self.inner.allgather_object((self.events, self.initial))
+        return Trace([events for events, _ in logs], itemsize,
+                     initial=[initial for _, initial in logs])
 
 
 def _address(x) -> int:
@@ -109,10 +129,12 @@ def _address(x) -> int:
 class Trace:
     """The logs of all ranks of one run."""
 
-    def __init__(self, events_by_rank: list[list[Event]], itemsize: int = 1):
+    def __init__(self, events_by_rank: list[list[Event]], itemsize: int = 1,
+                 initial: list[np.ndarray | None] | None = None):
         self.events = events_by_rank
         self.size = len(events_by_rank)
         self.itemsize = itemsize
+        self.initial = initial or [None] * self.size
 
     def _of(self, kind: str, rank: int) -> list[Event]:
         return [e for e in self.events[rank] if e.kind == kind]
@@ -142,6 +164,43 @@ class Trace:
 
     def finish_times(self) -> list[int]:
         """When each rank finishes, in steps (see :meth:`steps`)."""
+        return self._replay()[0]
+
+    def event_times(self) -> list[list[int]]:
+        """For every rank and every event of its log, the step at whose end the event is
+        done: a send when it has left, a wait when its receives have arrived, a reduction
+        when the data it combines is there (local work takes no steps in this model)."""
+        return self._replay()[1]
+
+    def messages(self) -> list[tuple[int, int, int, int | None, int]]:
+        """Every non-empty message as ``(step, source, dest, offset, count)``, where
+        ``step`` is the step in which it is on the wire (1-based) and ``offset`` is its
+        place in the sender's watched buffer."""
+        times = self.event_times()
+        return sorted(
+            (times[rank][i], rank, e.peer, e.offset, e.count)
+            for rank in range(self.size)
+            for i, e in enumerate(self.events[rank])
+            if e.kind == "send" and e.count
+        )
+
+    def states(self) -> np.ndarray:
+        """What every rank's watched buffer holds after every step: an array of shape
+        ``(steps + 1, size, count)`` whose row 0 is the input.  Needs a trace recorded
+        with ``watch(buf, snapshots=True)``."""
+        if any(initial is None for initial in self.initial):
+            raise ValueError("this trace has no snapshots: record it with watch(buf, snapshots=True)")
+        times = self.event_times()
+        steps = self.steps()
+        states = np.empty((steps + 1, self.size, len(self.initial[0])), self.initial[0].dtype)
+        for rank in range(self.size):
+            states[:, rank] = self.initial[rank]
+            for time, event in zip(times[rank], self.events[rank]):
+                if event.snapshot is not None:
+                    states[time:, rank] = event.snapshot
+        return states
+
+    def _replay(self) -> tuple[list[int], list[list[int]]]:
         departures: dict[tuple[int, int, int], list[int]] = defaultdict(list)
         received: dict[tuple[int, int, int], int] = defaultdict(int)
         clock = [0] * self.size
@@ -150,6 +209,7 @@ class Trace:
         pending: list[dict[int, tuple[Event, int]]] = [{} for _ in range(self.size)]
         position = [0] * self.size
         done = [False] * self.size
+        times: list[list[int]] = [[] for _ in range(self.size)]
         while not all(done):
             progressed = False
             for rank in range(self.size):
@@ -162,18 +222,23 @@ class Trace:
                             departure = send_port[rank] = max(clock[rank], send_port[rank]) + 1
                         departures[rank, event.peer, event.tag].append(departure)
                         pending[rank][event.id] = (event, departure)
+                        times[rank].append(departure)
+                        position[rank] += 1
+                        progressed = True
+                        continue
                     elif event.kind == "recv":
                         pending[rank][event.id] = (event, clock[rank])
                     elif event.kind == "wait":
                         if not self._complete(rank, event, pending, departures, received,
                                               clock, recv_port):
                             break  # the matching send has not been replayed yet
+                    times[rank].append(clock[rank])
                     position[rank] += 1
                     progressed = True
                 done[rank] = position[rank] == len(log)
             if not progressed and not all(done):
                 raise RuntimeError("the trace cannot be replayed: a receive has no matching send")
-        return clock
+        return clock, times
 
     @staticmethod
     def _complete(rank, wait, pending, departures, received, clock, recv_port) -> bool:
@@ -205,10 +270,11 @@ class Trace:
 
 
 def record(algorithm: str, size: int, count: int, *, dtype: str = "int64", op: str = "sum",
-           make=None, **options) -> tuple[Trace, list[np.ndarray]]:
+           make=None, snapshots: bool = False,
+           **options) -> tuple[Trace, list[np.ndarray]]:
     """Run ``algorithm`` on ``size`` thread ranks and return its :class:`Trace` and the
     results.  ``make(rank, count)`` gives each rank's input (by default ``rank + 1`` in
-    every element)."""
+    every element); ``snapshots`` keeps the buffer after every step (:meth:`Trace.states`)."""
     from .api import allreduce
 
     make = make or (lambda rank, n: np.full(n, rank + 1, dtype=dtype))
@@ -216,9 +282,11 @@ def record(algorithm: str, size: int, count: int, *, dtype: str = "int64", op: s
     def body(comm):
         tracer = TracingCommunicator(comm)
         x = make(comm.rank, count)
-        tracer.watch(x)
+        tracer.watch(x, snapshots=snapshots)
         result = allreduce(x, tracer, algorithm=algorithm, op=op, out=x, **options)
-        return tracer.events, result
+        return tracer.events, tracer.initial, result
 
     runs = run_threads(size, body)
-    return Trace([events for events, _ in runs], np.dtype(dtype).itemsize), [r for _, r in runs]
+    trace = Trace([events for events, _, _ in runs], np.dtype(dtype).itemsize,
+                  initial=[initial for _, initial, _ in runs])
+    return trace, [result for _, _, result in runs]

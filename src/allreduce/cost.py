@@ -1,0 +1,114 @@
+"""The α-β-γ cost model: how long an allreduce of ``n`` bytes on ``p`` ranks should take.
+
+Taught in the chapter "Ring allreduce" (and used by every algorithm chapter).  A message of
+``m`` bytes costs ``α + m·β``; reducing ``m`` bytes costs ``m·γ``.  An algorithm's time is
+
+    T = steps·α + (bytes the busiest rank sends)·β + (bytes it reduces)·γ,
+
+and :func:`terms` gives those three counts for every algorithm in closed form (Thakur,
+Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009).  The test suite checks each closed form
+against the counts that :class:`~allreduce.trace.TracingCommunicator` records from the real
+code, so the formulas printed in the book are the code's.
+
+:func:`fit` finds α, β and γ from measured times by least squares on the *relative* error:
+an ordinary fit is dominated by the largest messages and can give a negative α.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The counts in front of α, β and γ: ``steps``, and the busiest rank's bytes sent and
+    bytes reduced."""
+
+    steps: float
+    sent: float
+    reduced: float
+
+
+def _lg(p: int) -> int:
+    return math.ceil(math.log2(p)) if p > 1 else 0
+
+
+def terms(algorithm: str, p: int, n: float, *, servers: int | None = None) -> Terms:
+    """Cost terms of ``algorithm`` for ``n`` bytes on ``p`` ranks (``n`` divisible by ``p``
+    and by the servers for exact agreement with a trace; otherwise the chunk sizes round)."""
+    if p == 1:
+        return Terms(0, 0, 0)
+    q = 1 << (p.bit_length() - 1)  # the power of two the fold reduces to
+    folded = p != q  # non-powers of two pay one step of n before and one after
+    if algorithm == "ring":
+        return Terms(2 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n)
+    if algorithm == "rabenseifner":
+        return Terms(2 * _lg(q) + 2 * folded, 2 * (q - 1) / q * n + folded * n,
+                     (q - 1) / q * n + folded * n)
+    if algorithm == "recursive_doubling":
+        return Terms(_lg(q) + 2 * folded, _lg(q) * n + folded * n, _lg(q) * n + folded * n)
+    if algorithm == "tree":
+        return Terms(2 * _lg(p), _lg(p) * n, _lg(p) * n)
+    if algorithm == "reduce_broadcast":
+        return Terms(2 * (p - 1), (p - 1) * n, (p - 1) * n)
+    if algorithm == "naive":
+        return Terms(p - 1, (p - 1) * n, (p - 1) * n)
+    if algorithm in ("parameter_server", "sharded_parameter_server"):
+        s = servers or (p if algorithm == "sharded_parameter_server" else 1)
+        # a server pushes its other shards out and takes p-1 pushes of its own shard in;
+        # then the reverse.  Sent: its shards to S-1 servers, its reduced shard to p-1 ranks.
+        return Terms(2 * (p - 1), (p - 1) * n / s + (s - 1) * n / s, (p - 1) * n / s)
+    raise ValueError(f"no cost formula for algorithm {algorithm!r}")
+
+
+@dataclass(frozen=True)
+class Model:
+    """α in seconds per message, β in seconds per byte sent, γ in seconds per byte reduced."""
+
+    alpha: float
+    beta: float
+    gamma: float = 0.0
+
+    def time(self, algorithm: str, p: int, nbytes: float, **options) -> float:
+        """Predicted seconds for one allreduce of ``nbytes`` bytes per rank."""
+        t = terms(algorithm, p, nbytes, **options)
+        return t.steps * self.alpha + t.sent * self.beta + t.reduced * self.gamma
+
+    def message(self, nbytes: float) -> float:
+        """Predicted seconds for one message of ``nbytes`` (α + n·β)."""
+        return self.alpha + nbytes * self.beta
+
+
+def busbw(nbytes: float, seconds: float, p: int) -> float:
+    """nccl-tests' bus bandwidth of an allreduce, bytes/s: algbw·2(p−1)/p, where algbw is
+    ``nbytes / seconds``.  It makes the ring's bandwidth-optimal cost read as link speed."""
+    return nbytes / seconds * (2 * (p - 1) / p if p > 1 else 1.0)
+
+
+def fit(counts: Sequence[Terms], seconds: Sequence[float], *, gamma: bool = True) -> Model:
+    """α, β (and γ) ≥ 0 minimising the squared *relative* error of ``counts`` against
+    ``seconds``.  Non-negativity is enforced by trying every subset of the parameters
+    (there are at most three) and keeping the best feasible fit."""
+    a = np.array([[c.steps, c.sent, c.reduced] for c in counts], dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if len(a) != len(t) or len(t) == 0 or (t <= 0).any():
+        raise ValueError("fit needs one positive time per measurement")
+    a = a / t[:, None]  # relative error: (a·x)/t − 1
+    columns = [0, 1, 2] if gamma else [0, 1]
+    best, best_error = np.zeros(3), math.inf
+    for k in range(1, len(columns) + 1):
+        for subset in itertools.combinations(columns, k):
+            x, *_ = np.linalg.lstsq(a[:, subset], np.ones(len(t)), rcond=None)
+            if (x < 0).any():
+                continue
+            full = np.zeros(3)
+            full[list(subset)] = x
+            error = float(np.sum((a @ full - 1) ** 2))
+            if error < best_error:
+                best, best_error = full, error
+    return Model(*map(float, best))

@@ -1,0 +1,183 @@
+"""Pictures drawn from traces of the real algorithms: step figures, animations, timing plots.
+
+Used by every algorithm chapter (first in "Ring allreduce").  Nothing here models an
+algorithm: :func:`record_states` runs the library's own code on thread ranks under a
+:class:`~allreduce.trace.TracingCommunicator` and the pictures show what it did.
+
+Each rank starts with ``2**rank`` in every element, and the reduction is a sum, so every
+element of every buffer is, at every step, the bit set of the ranks whose data it holds
+(:func:`contributors`).  A chunk is finished when it holds all ``p`` bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .algorithms._schedule import chunk_bounds
+from .trace import Trace, record
+
+
+def contribution_input(rank: int, count: int) -> np.ndarray:
+    """Rank ``rank``'s input for a contribution trace: ``2**rank`` in every element."""
+    return np.full(count, 1 << rank, dtype=np.int64)
+
+
+def record_states(algorithm: str, size: int, count: int, **options) -> tuple[Trace, np.ndarray]:
+    """Run ``algorithm`` on ``size`` thread ranks with :func:`contribution_input` and return
+    the trace and :meth:`~allreduce.trace.Trace.states`: ``states[t, r, i]`` is the bit set of
+    ranks that element ``i`` of rank ``r`` holds after step ``t``."""
+    if not 1 <= size <= 62:
+        raise ValueError(f"contribution traces use one bit per rank: size must be 1..62, got {size}")
+    trace, _ = record(algorithm, size, count, make=contribution_input, snapshots=True, **options)
+    return trace, trace.states()
+
+
+def contributors(bits: int) -> list[int]:
+    """The ranks in the bit set ``bits``: ``contributors(0b1011) == [0, 1, 3]``."""
+    return [rank for rank in range(int(bits).bit_length()) if bits >> rank & 1]
+
+
+def chunk_labels(states: np.ndarray, chunks: int) -> list[list[list[str]]]:
+    """``labels[t][r][c]``: which ranks' data chunk ``c`` of rank ``r`` holds after step
+    ``t``, as text (``"0+1+3"``, ``"all"`` when complete, ``"mixed"`` if the chunk's
+    elements differ)."""
+    steps, size, count = states.shape
+    full = (1 << size) - 1
+    labels = []
+    for t in range(steps):
+        rows = []
+        for rank in range(size):
+            row = []
+            for chunk in range(chunks):
+                lo, hi = chunk_bounds(count, chunks, chunk)
+                values = np.unique(states[t, rank, lo:hi])
+                if len(values) != 1:
+                    row.append("mixed")
+                elif values[0] == full:
+                    row.append("all")
+                else:
+                    row.append("+".join(map(str, contributors(values[0]))))
+            rows.append(row)
+        labels.append(rows)
+    return labels
+
+
+def step_table(states: np.ndarray, chunks: int, step_names: Sequence[str] | None = None) -> str:
+    """A Markdown table, one row per step and rank, one column per chunk, of
+    :func:`chunk_labels`."""
+    labels = chunk_labels(states, chunks)
+    header = "| step | rank | " + " | ".join(f"chunk {c}" for c in range(chunks)) + " |"
+    lines = [header, "|" + "---|" * (chunks + 2)]
+    for t, rows in enumerate(labels):
+        name = step_names[t] if step_names else str(t)
+        for rank, row in enumerate(rows):
+            lines.append(f"| {name if rank == 0 else ''} | {rank} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), changed=None) -> None:
+    """One panel: ranks as rows, elements as columns, coloured by how many ranks' data each
+    element holds; arrows for the messages of step ``t``."""
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    _, size, count = states.shape
+    held = np.vectorize(lambda bits: bin(int(bits)).count("1"))(states[t])
+    ax.imshow(held, cmap="Blues", vmin=0, vmax=size * 1.15, aspect="auto",
+              extent=(0, count, size, 0), interpolation="nearest")
+    for chunk in range(chunks):
+        lo, hi = chunk_bounds(count, chunks, chunk)
+        ax.axvline(lo, color="white", lw=2)
+        for rank in range(size):
+            bits = states[t, rank, lo:hi]
+            if hi > lo and (bits == bits[0]).all():
+                full = bits[0] == (1 << size) - 1
+                text = "all" if full else "+".join(map(str, contributors(bits[0])))
+                ax.text((lo + hi) / 2, rank + 0.5, text, ha="center", va="center", fontsize=8,
+                        color="white" if held[rank, lo] > size / 2 else "black")
+            if changed is not None and hi > lo and changed[rank, lo:hi].any():
+                ax.add_patch(Rectangle((lo, rank), hi - lo, 1, fill=False, lw=2.5, ec="#d62728"))
+    for _, source, dest, offset, n in messages:
+        if offset is None:
+            continue
+        x = offset + n / 2
+        ax.add_patch(FancyArrowPatch((x, source + 0.5), (x, dest + 0.5), color="#d62728",
+                                     arrowstyle="-|>", mutation_scale=12, lw=1.5,
+                                     connectionstyle="arc3,rad=0.35", alpha=0.8))
+    ax.set_yticks([r + 0.5 for r in range(size)], [f"rank {r}" for r in range(size)])
+    ax.set_xticks([])
+    ax.set_xlim(0, count)
+    ax.set_ylim(size, 0)
+
+
+def step_figure(trace: Trace, states: np.ndarray, chunks: int,
+                step_names: Sequence[str] | None = None, columns: int = 4):
+    """Every chunk on every rank after every step, one panel per step.  Chunks that changed
+    in a step are outlined, and the messages of that step are drawn as arrows from sender
+    to receiver.  Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    steps = states.shape[0]
+    rows = -(-steps // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 1.9 * rows), squeeze=False,
+                             constrained_layout=True)
+    messages = trace.messages()
+    for t, ax in enumerate(axes.flat):
+        if t >= steps:
+            ax.axis("off")
+            continue
+        changed = states[t] != states[t - 1] if t else None
+        _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed)
+        ax.set_title(step_names[t] if step_names else f"after step {t}", fontsize=9)
+        if t % columns:
+            ax.set_yticks([])
+    return fig
+
+
+def animate(trace: Trace, states: np.ndarray, chunks: int,
+            step_names: Sequence[str] | None = None, interval_ms: int = 1200):
+    """The same pictures as :func:`step_figure`, one frame per step, as a matplotlib
+    animation; ``animation.to_jshtml()`` plays it in a static web page."""
+    import matplotlib.pyplot as plt
+    from matplotlib.animation import FuncAnimation
+
+    messages = trace.messages()
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * states.shape[1] + 1.0), constrained_layout=True)
+
+    def frame(t: int):
+        ax.clear()
+        changed = states[t] != states[t - 1] if t else None
+        _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed)
+        ax.set_title(step_names[t] if step_names else f"after step {t}")
+
+    animation = FuncAnimation(fig, frame, frames=states.shape[0], interval=interval_ms)
+    plt.close(fig)  # the animation, not a still, is what the page shows
+    return animation
+
+
+def ring_step_names(size: int) -> list[str]:
+    """Titles for the ``2(p-1) + 1`` states of the ring: input, reduce-scatter, all-gather."""
+    names = ["input"]
+    names += [f"reduce-scatter step {s}" for s in range(1, size)]
+    names += [f"all-gather step {s}" for s in range(1, size)]
+    return names
+
+
+def time_plot(sizes_bytes: Sequence[int], measured: dict[str, Sequence[float]],
+              predicted: dict[str, Sequence[float]] | None = None, title: str = ""):
+    """Time against message size on log-log axes: measured series as markers, model
+    predictions as dashed lines.  Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4), constrained_layout=True)
+    for name, seconds in measured.items():
+        ax.loglog(sizes_bytes, np.asarray(seconds) * 1e6, "o-", label=f"{name} (measured)")
+    for name, seconds in (predicted or {}).items():
+        ax.loglog(sizes_bytes, np.asarray(seconds) * 1e6, "--", label=f"{name} (predicted)")
+    ax.set_xlabel("message size per rank (bytes)")
+    ax.set_ylabel("time (µs)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(title)
+    return fig

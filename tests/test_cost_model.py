@@ -1,0 +1,57 @@
+"""allreduce.cost: every closed form equals what the tracing communicator counts, and the
+fit recovers a known model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allreduce import cost
+from allreduce.trace import record
+
+N = 5040  # divisible by every p and server count below, so chunks are even
+ALGORITHMS = ["ring", "rabenseifner", "recursive_doubling", "tree", "reduce_broadcast", "naive",
+              "parameter_server", "sharded_parameter_server"]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_terms_match_the_trace(algorithm, p):
+    trace, _ = record(algorithm, p, N, dtype="int64")
+    t = cost.terms(algorithm, p, N * 8)
+    assert trace.steps() == t.steps
+    assert max(map(trace.bytes_sent, range(p))) == t.sent
+    assert max(trace.elements_reduced(r) * 8 for r in range(p)) == t.reduced
+
+
+@pytest.mark.parametrize("servers", [1, 2, 4])
+def test_parameter_server_terms_with_servers(servers):
+    trace, _ = record("parameter_server", 8, N, servers=servers)
+    t = cost.terms("parameter_server", 8, N * 8, servers=servers)
+    assert max(map(trace.bytes_sent, range(8))) == t.sent
+    assert max(trace.elements_reduced(r) * 8 for r in range(8)) == t.reduced
+
+
+def test_fit_recovers_a_known_model():
+    truth = cost.Model(alpha=20e-6, beta=1e-9, gamma=0.3e-9)
+    sizes = [2**k for k in range(8, 27, 2)]
+    counts = [cost.terms(a, p, n) for a in ("ring", "tree") for p in (2, 4) for n in sizes]
+    seconds = [c.steps * truth.alpha + c.sent * truth.beta + c.reduced * truth.gamma
+               for c in counts]
+    model = cost.fit(counts, seconds)
+    assert model.alpha == pytest.approx(truth.alpha, rel=1e-6)
+    assert model.beta == pytest.approx(truth.beta, rel=1e-6)
+    assert model.gamma == pytest.approx(truth.gamma, rel=1e-6)
+
+
+def test_fit_never_returns_a_negative_parameter():
+    # times with no latency at all and a slight curvature: a plain fit would give α < 0
+    sizes = np.array([2**k for k in range(10, 24)], dtype=float)
+    counts = [cost.Terms(1, n, 0) for n in sizes]
+    model = cost.fit(counts, sizes * 1e-9 * (1 + 0.05 * np.log2(sizes)), gamma=False)
+    assert model.alpha >= 0 and model.beta > 0 and model.gamma == 0
+
+
+def test_busbw_is_algbw_times_two_p_minus_one_over_p():
+    assert cost.busbw(1e9, 1.0, 4) == pytest.approx(1.5e9)
+    assert cost.busbw(1e9, 1.0, 1) == 1e9

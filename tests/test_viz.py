@@ -1,0 +1,58 @@
+"""The data behind the book's step figures and animations (PNG images are not compared,
+so what they show is checked here)."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pytest
+
+from allreduce import chunk_bounds, viz
+
+matplotlib.use("Agg")
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6])
+@pytest.mark.parametrize("count", [12, 13])  # 13 is not divisible by any p here
+def test_ring_states_follow_the_chapter(p, count):
+    trace, states = viz.record_states("ring", p, count)
+    full = (1 << p) - 1
+    assert states.shape == (2 * (p - 1) + 1, p, count)
+    assert all((states[0, r] == 1 << r).all() for r in range(p))
+    assert (states[-1] == full).all()
+    for t in range(1, len(states)):  # data is only ever added, never lost
+        assert ((states[t] & states[t - 1]) == states[t - 1]).all()
+    after_reduce_scatter = states[p - 1]
+    for r in range(p):  # rank r owns chunk r, complete, after p-1 steps
+        lo, hi = chunk_bounds(count, p, r)
+        assert (after_reduce_scatter[r, lo:hi] == full).all()
+    for t in range(1, len(states)):  # one chunk changes per rank per step
+        for r in range(p):
+            changed = {c for c in range(p)
+                       if (states[t, r, slice(*chunk_bounds(count, p, c))]
+                           != states[t - 1, r, slice(*chunk_bounds(count, p, c))]).any()}
+            assert len(changed) == 1
+        assert sum(1 for m in trace.messages() if m[0] == t) == p
+
+
+def test_chunk_labels_name_the_contributors():
+    _, states = viz.record_states("ring", 3, 6)
+    labels = viz.chunk_labels(states, 3)
+    assert labels[0] == [["0"] * 3, ["1"] * 3, ["2"] * 3]
+    assert labels[-1] == [["all"] * 3] * 3
+    assert labels[1][1][2] == "0+1"  # step 1: rank 0 sends chunk (0-1) mod 3 = 2 to rank 1
+
+
+def test_figure_and_animation_have_one_panel_and_frame_per_step():
+    trace, states = viz.record_states("ring", 4, 8)
+    names = viz.ring_step_names(4)
+    figure = viz.step_figure(trace, states, 4, names)
+    assert sum(ax.has_data() for ax in figure.axes) == len(states) == len(names)
+    animation = viz.animate(trace, states, 4, names)
+    html = animation.to_jshtml()
+    assert html.count("data:image/png;base64") == len(states)
+
+
+def test_contribution_traces_need_a_bit_per_rank():
+    with pytest.raises(ValueError, match="1..62"):
+        viz.record_states("ring", 63, 4)
