@@ -1,10 +1,14 @@
-"""The labs' cluster: ipyparallel engines started by MPI, in one call.
+"""The labs' cluster: ipyparallel engines started by MPI, in one call; and the check cells.
 
-::
+In a script, a ``with`` block::
 
     with allreduce.lab.cluster(n=4) as view:
         view.execute("from mpi4py import MPI; rank = MPI.COMM_WORLD.rank")
         print(view["rank"])         # [0, 1, 2, 3]: engine i is MPI rank i
+
+In a notebook, where a block cannot span cells, ``view = allreduce.lab.start(n=4)`` and, in
+the last cell, ``allreduce.lab.stop()``.  The engines also stop when the kernel exits or
+restarts, so a failing cell never leaves them behind.
 
 The engines are started with the ``mpiexec`` of the environment that runs this Python (the
 PyPI MPICH that ``make`` installs into ``.venv``), never with whatever ``mpiexec`` is first on
@@ -18,10 +22,17 @@ start --engines=MPI`` in an allocation, or ``--engines=Slurm``/``SSH``) and conn
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
+
+from .algorithms._schedule import chunk_bounds
+
+_running: list = []  # the cluster that start() made, for stop()
 
 
 def mpiexec() -> Path:
@@ -35,6 +46,30 @@ def mpiexec() -> Path:
     return path
 
 
+def _start(n: int, timeout: float):
+    import ipyparallel as ipp
+    from traitlets.config import Config
+
+    config = Config()
+    config.MPILauncher.mpi_cmd = [str(mpiexec())]
+    # shutdown_atexit (ipyparallel's default) stops the engines when this Python exits.
+    # Errors only: the INFO lines name process ids and would differ in every notebook run.
+    engines = ipp.Cluster(engines="mpi", n=n, config=config, load_profile=False,
+                          shutdown_atexit=True, log_level=logging.ERROR)
+    try:
+        engines.start_cluster_sync()
+        client = engines.connect_client_sync()
+        client.wait_for_engines(n, timeout=timeout, interactive=False)
+    except BaseException:
+        engines.stop_cluster_sync()
+        raise
+    view = client[:]
+    view.block = True
+    if _in_ipython():
+        view.activate()  # %px and %%px now run on these engines
+    return engines, view
+
+
 @contextmanager
 def cluster(n: int = 4, *, timeout: float = 60) -> Iterator:
     """Start ``n`` MPI engines and yield a blocking, activated ``DirectView`` on all of them.
@@ -42,23 +77,26 @@ def cluster(n: int = 4, *, timeout: float = 60) -> Iterator:
     Engine ``i`` is MPI rank ``i`` of ``MPI.COMM_WORLD`` on the engines.  The controller and
     engines are stopped when the ``with`` block ends, however it ends.
     """
-    import ipyparallel as ipp
-    from traitlets.config import Config
-
-    config = Config()
-    config.MPILauncher.mpi_cmd = [str(mpiexec())]
-    engines = ipp.Cluster(engines="mpi", n=n, config=config, load_profile=False)
+    engines, view = _start(n, timeout)
     try:
-        engines.start_cluster_sync()
-        client = engines.connect_client_sync()
-        client.wait_for_engines(n, timeout=timeout, interactive=False)
-        view = client[:]
-        view.block = True
-        if _in_ipython():
-            view.activate()  # %px and %%px now run on these engines
         yield view
     finally:
         engines.stop_cluster_sync()
+
+
+def start(n: int = 4, *, timeout: float = 60):
+    """For notebooks: start ``n`` MPI engines and return the blocking, activated view, as
+    :func:`cluster` does.  :func:`stop` (or the kernel exiting) stops them."""
+    stop()
+    engines, view = _start(n, timeout)
+    _running.append(engines)
+    return view
+
+
+def stop() -> None:
+    """Stop the engines that :func:`start` started, if any."""
+    while _running:
+        _running.pop().stop_cluster_sync()
 
 
 def _in_ipython() -> bool:
@@ -67,3 +105,104 @@ def _in_ipython() -> bool:
     except ImportError:
         return False
     return get_ipython() is not None
+
+
+# --- check cells -------------------------------------------------------------------------
+# A lab's check cell calls check_reduce_scatter / check_allgather with the name of the
+# student's function on the engines.  It runs there on a duplicate of MPI.COMM_WORLD,
+# against MPI's own Allreduce, for several sizes including ones p does not divide, and
+# prints one deterministic line.  A wrong answer raises AssertionError naming the size, the
+# rank, the chunk and the expected and actual values.  Inputs are contribution bit sets
+# (rank r adds 2**r), so "actual" says exactly which ranks' data a chunk holds.
+
+CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
+
+
+def _ranks(bits: int, size: int) -> str:
+    if bits == (1 << size) - 1:
+        return f"all {size} ranks"
+    names = [str(r) for r in range(size) if int(bits) >> r & 1]
+    return ("ranks " + "+".join(names)) if names else "nothing"
+
+
+def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: int) -> str | None:
+    lo, hi = chunk_bounds(n, size, chunk)
+    bad = np.flatnonzero(buf[lo:hi] != expected[lo:hi])
+    if not len(bad):
+        return None
+    i = lo + int(bad[0])
+    return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
+            f"(elements {lo}..{hi - 1}), element {i}: expected the data of "
+            f"{_ranks(expected[i], size)}, got {_ranks(buf[i], size)} (value {int(buf[i])})")
+
+
+def _run_check(function, phase: str, counts) -> list[tuple[int, int, str]]:
+    """On each engine: run the student's ``function`` for every count; return the problems
+    as ``(n, rank, message)``."""
+    import allreduce
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD.Dup()  # the student's messages cannot meet anyone else's
+    comm = allreduce.as_communicator(world)
+    rank, size = world.rank, world.size
+    problems = []
+    try:
+        for n in counts:
+            mine = np.full(n, 1 << rank, dtype=np.int64)
+            expected = np.empty_like(mine)
+            world.Allreduce(mine, expected)  # MPI's own answer, the reference
+            if phase == "reduce_scatter":
+                buf = mine.copy()
+                returned = function(buf, comm, allreduce.OPS["sum"])
+                if tuple(returned) != chunk_bounds(n, size, rank):
+                    problems.append((n, rank, f"{phase} returned {tuple(returned)} on rank "
+                                     f"{rank} for n = {n}; it should return the bounds of "
+                                     f"chunk {rank}, {chunk_bounds(n, size, rank)}"))
+                    continue
+                problem = _first_wrong(phase, n, rank, size, buf, expected, rank)
+            else:  # allgather: start with only my own chunk finished
+                buf = np.zeros(n, dtype=np.int64)
+                lo, hi = chunk_bounds(n, size, rank)
+                buf[lo:hi] = expected[lo:hi]
+                function(buf, comm)
+                problem = next((p for c in range(size)
+                                if (p := _first_wrong(phase, n, rank, size, buf, expected, c))),
+                               None)
+            if problem:
+                problems.append((n, rank, problem))
+    finally:
+        world.Free()
+    return problems
+
+
+def _check(view, function: str, phase: str, counts, timeout: float) -> None:
+    import ipyparallel as ipp
+
+    result = view.apply_async(_run_check, ipp.Reference(function), phase, list(counts))
+    try:
+        problems = result.get(timeout=timeout)
+    except ipp.error.TimeoutError:
+        raise TimeoutError(
+            f"{function} did not finish on all ranks within {timeout:.0f} s: a deadlock (a "
+            "receive with no matching send) or an endless loop.  The engines are stuck; "
+            "restart the kernel, which stops them, and run the notebook again.") from None
+    found = sorted(problem for per_rank in problems for problem in per_rank)
+    if found:  # the smallest size, then the lowest rank: the same report on every run
+        more = f"  ({len(found) - 1} more problems)" if len(found) > 1 else ""
+        raise AssertionError(found[0][2] + more)
+    print(f"{function}: correct on {len(view)} ranks for n = {', '.join(map(str, counts))}")
+
+
+def check_reduce_scatter(view, function: str = "reduce_scatter", *,
+                         counts=CHECK_COUNTS, timeout: float = 30) -> None:
+    """Check cell for the ring reduce-scatter exercise (chapter "Ring allreduce"): the
+    engines' ``function(buf, comm, op)`` must leave chunk ``rank`` fully reduced in ``buf``
+    and return its bounds."""
+    _check(view, function, "reduce_scatter", counts, timeout)
+
+
+def check_allgather(view, function: str = "allgather", *,
+                    counts=CHECK_COUNTS, timeout: float = 30) -> None:
+    """Check cell for the ring all-gather exercise: starting from chunk ``rank`` on each
+    rank, the engines' ``function(buf, comm)`` must leave every chunk on every rank."""
+    _check(view, function, "allgather", counts, timeout)

@@ -1,0 +1,86 @@
+"""Timing allreduce the way the field does (nccl-tests, OSU): warm-up, barrier, time, take
+the slowest rank.  The labs measure with these functions.
+
+Taught in the chapter "Ring allreduce" (measured against predicted).  Every timing here is
+collective over an mpi4py communicator, and every allreduce timed is also checked: the
+result of the last iteration is compared with MPI_Allreduce of the same input, and the
+number of wrong elements is returned next to the time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+PEER = "MPI_Allreduce"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """``seconds``: mean time of one call on the slowest rank; ``wrong``: elements of the
+    last result that differ from MPI_Allreduce's (summed over ranks)."""
+
+    seconds: float
+    wrong: int
+
+
+def _slowest(comm, seconds: float) -> float:
+    from mpi4py import MPI
+
+    return comm.allreduce(seconds, op=MPI.MAX)
+
+
+def time_allreduce(comm, algorithm: str, count: int, *, dtype: str = "float32",
+                   iterations: int = 10, warmup: int = 2) -> Timing:
+    """Time ``algorithm`` (a name in :data:`allreduce.ALGORITHMS`, or ``"MPI_Allreduce"``)
+    on ``count`` elements per rank of ``comm`` (an ``mpi4py`` communicator)."""
+    import allreduce
+
+    x = (np.arange(count) % 7 + comm.rank).astype(dtype)  # small integers: exact sums
+    out = np.empty_like(x)
+
+    def call():
+        if algorithm == PEER:
+            comm.Allreduce(x, out)
+        else:
+            allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
+
+    for _ in range(warmup):
+        call()
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        call()
+    seconds = (time.perf_counter() - start) / iterations
+    expected = np.empty_like(x)
+    comm.Allreduce(x, expected)
+    wrong = comm.allreduce(int(np.count_nonzero(out != expected)))
+    return Timing(_slowest(comm, seconds), wrong)
+
+
+def time_sendrecv(comm, nbytes: int, *, iterations: int = 20, warmup: int = 3) -> float:
+    """Seconds for one ring step: every rank sends ``nbytes`` to its right neighbour while
+    receiving as many from its left (the message the α-β model prices at α + n·β)."""
+    send = np.zeros(nbytes, dtype=np.uint8)
+    recv = np.empty_like(send)
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    for _ in range(warmup):
+        comm.Sendrecv(send, right, 0, recv, left, 0)
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        comm.Sendrecv(send, right, 0, recv, left, 0)
+    return _slowest(comm, (time.perf_counter() - start) / iterations)
+
+
+def time_reduce(nbytes: int, *, dtype: str = "float32", iterations: int = 20) -> float:
+    """Seconds to add ``nbytes`` of ``dtype`` into a buffer in place (the γ term)."""
+    a = np.ones(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    b = np.ones_like(a)
+    np.add(a, b, out=a)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        np.add(a, b, out=a)
+    return (time.perf_counter() - start) / iterations
