@@ -9,12 +9,14 @@ STAMP  := $(VENV)/.installed
 # pip picks the local CPU torch wheel when the machine keeps one in /opt/wheels.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: book test lab venv clean help
+.PHONY: book test lab student grade venv clean help
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes its code)"
 	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, book build"
 	@echo "make lab    open JupyterLab on the labs (their engines use .venv's mpiexec)"
+	@echo "make student  write student copies of every lab into student/ (solutions stubbed)"
+	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade with nbval"
 	@echo "make venv   only create .venv and install the package with all extras"
 	@echo "make clean  remove _build and .venv"
 
@@ -36,6 +38,13 @@ test: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab labs/
+
+student: $(STAMP)
+	$(BIN)/allreduce-student labs/*.ipynb --out student
+
+grade: $(STAMP)
+	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=scores.csv]"; exit 2; }
+	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),scores.csv)"
 
 clean:
 	rm -rf _build $(VENV)

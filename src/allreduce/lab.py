@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,30 +137,73 @@ def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: 
             f"{_ranks(expected[i], size)}, got {_ranks(buf[i], size)} (value {int(buf[i])})")
 
 
-def _run_check(function, phase: str, counts) -> list[tuple[int, int, str]]:
-    """On each engine: run the student's ``function`` for every count; return the problems
-    as ``(n, rank, message)``."""
+def _checking_communicator(world, patience: float):
+    """The library's MPI communicator, except that every wait gives up after ``patience``
+    seconds without completing: a student's deadlock becomes an error on every rank
+    instead of stuck engines."""
+    from mpi4py import MPI
+
+    from .comm import Communicator
+    from .transports.mpi import MPICommunicator
+
+    class CheckingCommunicator(MPICommunicator):
+        # the non-blocking forms and waitall below, instead of MPI's blocking calls
+        send, recv, sendrecv = Communicator.send, Communicator.recv, Communicator.sendrecv
+        wait = Communicator.wait
+
+        def waitall(self, requests):
+            requests = list(requests)
+            statuses = [MPI.Status() for _ in requests]
+            deadline = time.monotonic() + patience
+            while not self._testall(requests, statuses):
+                if time.monotonic() > deadline:
+                    for request in requests:
+                        if request != MPI.REQUEST_NULL:
+                            request.Cancel()
+                    raise TimeoutError(f"rank {self.rank} waited {patience:.0f} s for a message "
+                                       "that never came: a deadlock?")
+                time.sleep(0.0005)
+
+        @staticmethod
+        def _testall(requests, statuses) -> bool:
+            try:
+                return MPI.Request.Testall(requests, statuses)
+            except MPI.Exception:  # the reason is in the statuses
+                errors = [s.Get_error() for s in statuses if s.Get_error() != MPI.SUCCESS]
+                if MPI.ERR_TRUNCATE in [MPI.Get_error_class(e) for e in errors]:
+                    raise RuntimeError("a message was longer than its receive buffer: sender "
+                                       "and receiver disagree on the chunk") from None
+                raise RuntimeError("; ".join(MPI.Get_error_string(e) for e in errors)) from None
+
+    return CheckingCommunicator(world)
+
+
+def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int, int, str]]:
+    """On each engine: run the student's ``function`` for every count, against MPI's own
+    Allreduce; return the problems as ``(n, rank, message)``.  The ranks stop together at
+    the first count where any of them found a problem."""
     import allreduce
     from mpi4py import MPI
 
-    world = MPI.COMM_WORLD.Dup()  # the student's messages cannot meet anyone else's
-    comm = allreduce.as_communicator(world)
+    world = MPI.COMM_WORLD
     rank, size = world.rank, world.size
-    problems = []
-    try:
-        for n in counts:
-            mine = np.full(n, 1 << rank, dtype=np.int64)
-            expected = np.empty_like(mine)
-            world.Allreduce(mine, expected)  # MPI's own answer, the reference
+    problems: list[tuple[int, int, str]] = []
+    for n in counts:
+        private = world.Dup()  # the student's messages cannot meet anyone else's
+        mine = np.full(n, 1 << rank, dtype=np.int64)
+        expected = np.empty_like(mine)
+        world.Allreduce(mine, expected)  # MPI's own answer, the reference
+        try:
+            comm = _checking_communicator(private, patience)
             if phase == "reduce_scatter":
                 buf = mine.copy()
                 returned = function(buf, comm, allreduce.OPS["sum"])
-                if tuple(returned) != chunk_bounds(n, size, rank):
-                    problems.append((n, rank, f"{phase} returned {tuple(returned)} on rank "
-                                     f"{rank} for n = {n}; it should return the bounds of "
-                                     f"chunk {rank}, {chunk_bounds(n, size, rank)}"))
-                    continue
-                problem = _first_wrong(phase, n, rank, size, buf, expected, rank)
+                if returned is None or tuple(returned) != chunk_bounds(n, size, rank):
+                    problem = (f"{phase} returned {returned} on rank {rank} for n = {n}; it "
+                               f"should return the bounds of chunk {rank}, "
+                               f"{chunk_bounds(n, size, rank)}")
+                else:
+                    problem = _first_wrong(phase, n, rank, size, buf, expected, rank)
             else:  # allgather: start with only my own chunk finished
                 buf = np.zeros(n, dtype=np.int64)
                 lo, hi = chunk_bounds(n, size, rank)
@@ -168,17 +212,22 @@ def _run_check(function, phase: str, counts) -> list[tuple[int, int, str]]:
                 problem = next((p for c in range(size)
                                 if (p := _first_wrong(phase, n, rank, size, buf, expected, c))),
                                None)
-            if problem:
-                problems.append((n, rank, problem))
-    finally:
-        world.Free()
+        except Exception as error:  # reported, not raised: the other ranks must get here too
+            problem = f"{phase} raised on rank {rank} for n = {n}: {type(error).__name__}: {error}"
+        private.Free()
+        if problem:
+            problems.append((n, rank, problem))
+        if world.allreduce(bool(problem), op=MPI.LOR):
+            break
     return problems
 
 
-def _check(view, function: str, phase: str, counts, timeout: float) -> None:
+def _check(view, function: str, phase: str, counts, timeout: float,
+           patience: float = 5) -> None:
     import ipyparallel as ipp
 
-    result = view.apply_async(_run_check, ipp.Reference(function), phase, list(counts))
+    result = view.apply_async(_run_check, ipp.Reference(function), phase, list(counts),
+                              patience)
     try:
         problems = result.get(timeout=timeout)
     except ipp.error.TimeoutError:
@@ -188,7 +237,9 @@ def _check(view, function: str, phase: str, counts, timeout: float) -> None:
             "restart the kernel, which stops them, and run the notebook again.") from None
     found = sorted(problem for per_rank in problems for problem in per_rank)
     if found:  # the smallest size, then the lowest rank: the same report on every run
-        more = f"  ({len(found) - 1} more problems)" if len(found) > 1 else ""
+        # a rank that raised explains the others' time-outs, so it goes first
+        found.sort(key=lambda p: (p[0], "TimeoutError" in p[2], p[1]))
+        more = f"  ({len(found) - 1} more on other ranks)" if len(found) > 1 else ""
         raise AssertionError(found[0][2] + more)
     print(f"{function}: correct on {len(view)} ranks for n = {', '.join(map(str, counts))}")
 

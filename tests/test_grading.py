@@ -1,0 +1,115 @@
+"""Student copies and grading with nbval, on the ring lab: real kernels, real MPI engines.
+
+The slow test grades five submissions (about 3 minutes): a correct one, one with an
+off-by-one chunk index, one that deadlocks, one that kills its kernel and tries to delete
+the key, and an untouched student copy."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+
+import nbformat
+import pytest
+
+from allreduce import grading
+
+LAB = "labs/50_ring_allreduce.ipynb"
+
+
+@pytest.fixture
+def key(root):
+    return nbformat.read(root / LAB, as_version=4)
+
+
+def test_stub_keeps_the_indentation_and_names_the_exercise():
+    source = "def f():\n    for i in x:\n        ### BEGIN SOLUTION\n        y = 1\n        ### END SOLUTION\n    return 2"
+    assert grading.stub_solutions(source, "ex") == (
+        "def f():\n    for i in x:\n"
+        '        raise NotImplementedError("exercise ex: replace this line with your solution")\n'
+        "    return 2")
+    with pytest.raises(ValueError, match="without"):
+        grading.stub_solutions("### BEGIN SOLUTION\nx = 1", "ex")
+
+
+def test_student_copy_has_no_solutions_and_keeps_the_rest(key):
+    student = grading.student_copy(key)
+    assert grading.exercises(key) == ["reduce_scatter", "allgather"]
+    for mine, theirs in zip(key.cells, student.cells):
+        if grading.role(mine) and grading.role(mine)[1] == "solution":
+            assert grading.BEGIN in mine.source and grading.BEGIN not in theirs.source
+            assert "sendrecv" not in theirs.source  # the solution's own lines are gone
+            assert "NotImplementedError" in theirs.source
+        else:
+            assert mine == theirs  # outputs kept: the student sees what each cell prints
+
+
+def test_graded_notebook_takes_only_that_exercise_from_the_submission(key):
+    submission = grading.student_copy(key)
+    graded, checks = grading.graded_notebook(key, submission, "reduce_scatter")
+    solutions = [c.source for c in graded.cells if grading.role(c)]
+    assert "NotImplementedError" in solutions[0]  # the student's reduce_scatter
+    assert all(grading.role(c) != ("allgather", "check") for c in graded.cells)  # cut after
+    code = [c for c in graded.cells if c.cell_type == "code"]
+    assert [grading.role(code[i]) for i in checks] == [("reduce_scatter", "check")]
+    del submission.cells[[grading.role(c) for c in submission.cells].index(
+        ("allgather", "solution"))]
+    with pytest.raises(LookupError, match="were cells deleted"):
+        grading.graded_notebook(key, submission, "allgather")
+
+
+def test_make_student_writes_the_copies(root, venv_bin, tmp_path):
+    run = subprocess.run([venv_bin / "allreduce-student", root / LAB, "--out", tmp_path / "s"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    copy = nbformat.read(tmp_path / "s" / "50_ring_allreduce.ipynb", as_version=4)
+    assert not any(grading.BEGIN in c.source for c in copy.cells)
+
+
+def _variant(key, folder, name, edits):
+    nb = grading.student_copy(key) if edits is None else nbformat.from_dict(key)
+    for cell in nb.cells:
+        mark = grading.role(cell)
+        if edits and mark and mark[1] == "solution" and mark[0] in edits:
+            cell.source = edits[mark[0]](cell.source)
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+def test_grading_five_submissions(root, venv_bin, tmp_path, key):
+    lab = tmp_path / "key.ipynb"  # a copy, so that the vandal below can aim at its path
+    shutil.copy(root / LAB, lab)
+    digest = hashlib.sha256(lab.read_bytes()).hexdigest()
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    _variant(key, folder, "a_correct", {})
+    _variant(key, folder, "b_off_by_one", {"reduce_scatter": lambda s: s.replace(
+        "(rank - step - 2) % p", "(rank - step - 1) % p")})
+    _variant(key, folder, "c_deadlock", {"allgather": lambda s: s.replace(
+        "comm.sendrecv(buf[send_lo:send_hi], right, buf[recv_lo:recv_hi], left)",
+        "comm.recv(buf[recv_lo:recv_hi], left)\n        comm.send(buf[send_lo:send_hi], right)")})
+    _variant(key, folder, "d_kills_kernel_deletes_files", {
+        "reduce_scatter": lambda s: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        "allgather": lambda s: f"import os\nfor f in os.listdir('.'): os.remove(f)\n"
+                               f"os.remove({str(lab)!r})\n" + s})
+    _variant(key, folder, "e_untouched_student_copy", None)
+    scores = tmp_path / "scores.csv"
+    run = subprocess.run([venv_bin / "allreduce-grade", lab, folder, "--out", scores,
+                          "--cell-timeout", "30"], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {row[0]: row for row in (line.split(",", 4) for line in
+                                    scores.read_text().splitlines()[1:])}
+    assert rows["a_correct"][1:4] == ["1.00", "1.00", "1.00"]
+    assert rows["b_off_by_one"][1:4] == ["0.00", "1.00", "0.50"]
+    assert "longer than its receive buffer" in rows["b_off_by_one"][4]
+    assert rows["c_deadlock"][1:4] == ["1.00", "0.00", "0.50"]
+    assert "a deadlock?" in rows["c_deadlock"][4]
+    assert rows["d_kills_kernel_deletes_files"][1:4] == ["0.00", "1.00", "0.50"]
+    assert rows["e_untouched_student_copy"][1:4] == ["0.00", "0.00", "0.00"]
+    assert "NotImplementedError: exercise reduce_scatter" in rows["e_untouched_student_copy"][4]
+    assert "NotImplementedError: exercise allgather" in rows["e_untouched_student_copy"][4]
+    assert "changed while grading d_kills_kernel_deletes_files" in run.stdout
+    assert hashlib.sha256(lab.read_bytes()).hexdigest() == digest  # the key is intact
+    assert "[5/5]" in run.stdout and "a_correct" in run.stdout  # progress and summary
+    leftover = subprocess.run(["pgrep", "-f", "ipengine"], capture_output=True, text=True)
+    assert not leftover.stdout.strip(), "grading left engines running"
