@@ -90,8 +90,10 @@ def test_grading_five_submissions(root, venv_bin, tmp_path, key):
         "comm.recv(buf[recv_lo:recv_hi], left)\n        comm.send(buf[send_lo:send_hi], right)")})
     _variant(key, folder, "d_kills_kernel_deletes_files", {
         "reduce_scatter": lambda s: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
-        "allgather": lambda s: f"import os\nfor f in os.listdir('.'): os.remove(f)\n"
-                               f"os.remove({str(lab)!r})\n" + s})
+        # runs on the engines, after a correct allgather: the exercise still scores
+        "allgather": lambda s: s + "\nimport contextlib, os\nfor f in [*os.listdir('.'), "
+                                   f"{str(lab)!r}]:\n    with contextlib.suppress(OSError):\n"
+                                   "        os.remove(f)"})
     _variant(key, folder, "e_untouched_student_copy", None)
     scores = tmp_path / "scores.csv"
     run = subprocess.run([venv_bin / "allreduce-grade", lab, folder, "--out", scores,
@@ -105,6 +107,7 @@ def test_grading_five_submissions(root, venv_bin, tmp_path, key):
     assert rows["c_deadlock"][1:4] == ["1.00", "0.00", "0.50"]
     assert "a deadlock?" in rows["c_deadlock"][4]
     assert rows["d_kills_kernel_deletes_files"][1:4] == ["0.00", "1.00", "0.50"]
+    assert "Timeout" in rows["d_kills_kernel_deletes_files"][4]  # its kernel never answered
     assert rows["e_untouched_student_copy"][1:4] == ["0.00", "0.00", "0.00"]
     assert "NotImplementedError: exercise reduce_scatter" in rows["e_untouched_student_copy"][4]
     assert "NotImplementedError: exercise allgather" in rows["e_untouched_student_copy"][4]

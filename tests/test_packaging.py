@@ -4,6 +4,7 @@ and the README gives the two commands that CI runs."""
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 
 import yaml
@@ -40,3 +41,28 @@ def test_readme_gives_the_two_commands_and_ci_runs_one(root):
     readme = (root / "README.md").read_text()
     assert "make book" in readme and "make test" in readme
     assert "make test" in (root / ".ci" / "run").read_text()
+
+
+def test_nbval_covers_every_notebook(root):
+    """make test runs pytest --nbval on testpaths: every tracked notebook must lie in one."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--nbval" in config["addopts"] and "--nbval-lax" not in config["addopts"]
+    tracked = subprocess.run(["git", "ls-files", "*.ipynb"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert tracked, "no notebooks found"
+    for notebook in tracked:
+        assert any(notebook.startswith(path + "/") for path in config["testpaths"]), notebook
+
+
+def test_every_lab_has_exercises_with_checks(root):
+    import nbformat
+
+    from allreduce import grading
+
+    for lab in sorted((root / "labs").glob("*.ipynb")):
+        nb = nbformat.read(lab, as_version=4)
+        names = grading.exercises(nb)
+        assert names, f"{lab.name} has no check cells"
+        for name in names:
+            solutions = [c for c in nb.cells if grading.role(c) == (name, "solution")]
+            assert solutions and all(grading.BEGIN in c.source for c in solutions), (lab, name)

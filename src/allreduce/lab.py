@@ -59,6 +59,7 @@ def _start(n: int, timeout: float):
                           shutdown_atexit=True, log_level=logging.ERROR)
     try:
         engines.start_cluster_sync()
+        _watch(engines)
         client = engines.connect_client_sync()
         client.wait_for_engines(n, timeout=timeout, interactive=False)
     except BaseException:
@@ -69,6 +70,41 @@ def _start(n: int, timeout: float):
     if _in_ipython():
         view.activate()  # %px and %%px now run on these engines
     return engines, view
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
+while True:
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.5)
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _watch(engines) -> None:
+    """Kill the controller and the engines if this process dies without stopping them.
+
+    ``atexit`` stops them on a normal exit, but a kernel can be killed outright (nbval
+    shuts its kernels down that way, and so does a crash); ipyparallel starts the
+    controller and ``mpiexec`` in sessions of their own, so nothing else would stop them.
+    A small process watches this one and kills those two process groups when it is gone.
+    """
+    import os
+    import subprocess
+
+    launchers = [engines.controller, *engines.engines.values()]
+    groups = [str(launcher.pid) for launcher in launchers if getattr(launcher, "pid", None)]
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), *groups],
+                     start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @contextmanager
