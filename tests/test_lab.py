@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from allreduce import lab
-
 
 # What a lab's first %%px cell does: the library's ring against MPI_Allreduce, on the engines.
 ENGINE_CHECK = """
@@ -35,11 +35,10 @@ def test_engines_are_mpi_ranks_and_run_the_library():
 
 
 def test_engines_stop_when_a_cell_fails():
-    with pytest.raises(RuntimeError, match="a cell that fails"):
-        with lab.cluster(n=2) as view:
-            view.execute("import os; pid = os.getpid()")
-            pids = view["pid"]
-            raise RuntimeError("a cell that fails")
+    with pytest.raises(RuntimeError, match="a cell that fails"), lab.cluster(n=2) as view:
+        view.execute("import os; pid = os.getpid()")
+        pids = view["pid"]
+        raise RuntimeError("a cell that fails")
     import os
 
     time.sleep(1)
@@ -51,3 +50,30 @@ def test_engines_stop_when_a_cell_fails():
         except ProcessLookupError:
             pass
     assert not alive, f"engines still running: {alive}"
+
+
+KILLED_KERNEL = """
+import os, signal
+from allreduce import lab
+view = lab.start(n=2)
+view.execute("import os; pid = os.getpid()")
+print(*view["pid"], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)   # as nbval, or a crash, ends a kernel: no atexit
+"""
+
+
+def test_engines_stop_when_the_kernel_is_killed(venv_bin):
+    import os
+    import subprocess
+
+    run = subprocess.run([venv_bin / "python", "-c", KILLED_KERNEL], capture_output=True,
+                         text=True, timeout=120)
+    pids = [int(pid) for pid in run.stdout.split()]
+    assert len(pids) == 2, run.stdout + run.stderr
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}")
+                 and "zombie" not in Path(f"/proc/{pid}/status").read_text()]
+    assert not alive, f"engines outlived their kernel: {alive}"

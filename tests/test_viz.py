@@ -4,7 +4,6 @@ so what they show is checked here)."""
 from __future__ import annotations
 
 import matplotlib
-import numpy as np
 import pytest
 
 from allreduce import chunk_bounds, viz

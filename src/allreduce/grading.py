@@ -38,10 +38,10 @@ import sys
 import tempfile
 import time
 import uuid
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from xml.etree import ElementTree
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 TOKEN_VARIABLE = "ALLREDUCE_GRADING_RUN"
@@ -235,9 +235,11 @@ def run_exercise(graded, checks: list[int], *, cell_timeout: float, run_timeout:
         elif not message:
             # a check cell fails because of itself or because an earlier cell stopped the run
             first = next(n for n in range(number + 1) if failure(n) is not None)
-            message = reason if first == number else f"cell {first}: {failure(first)}"
-            if "timed out" in message.lower() or "Timeout" in message:
-                message += " (an endless loop, a deadlock, or a kernel that died)"
+            message = failure(first)
+            if not message.startswith(f"Cell {first}"):
+                message = f"Cell {first}: {message}"
+            if "Timeout of" in message:  # nbval's own cell timeout: say what it can mean
+                message += " (an endless loop, or a kernel that died)"
     return Result(passed / len(checks), message, time.monotonic() - started)
 
 

@@ -218,8 +218,9 @@ def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int,
     """On each engine: run the student's ``function`` for every count, against MPI's own
     Allreduce; return the problems as ``(n, rank, message)``.  The ranks stop together at
     the first count where any of them found a problem."""
-    import allreduce
     from mpi4py import MPI
+
+    import allreduce
 
     world = MPI.COMM_WORLD
     rank, size = world.rank, world.size

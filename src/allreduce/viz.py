@@ -83,7 +83,7 @@ def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), change
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
     _, size, count = states.shape
-    held = np.vectorize(lambda bits: bin(int(bits)).count("1"))(states[t])
+    held = np.vectorize(lambda bits: int(bits).bit_count())(states[t])
     ax.imshow(held, cmap="Blues", vmin=0, vmax=size * 1.15, aspect="auto",
               extent=(0, count, size, 0), interpolation="nearest")
     for chunk in range(chunks):
