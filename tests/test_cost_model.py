@@ -55,3 +55,20 @@ def test_fit_never_returns_a_negative_parameter():
 def test_busbw_is_algbw_times_two_p_minus_one_over_p():
     assert cost.busbw(1e9, 1.0, 4) == pytest.approx(1.5e9)
     assert cost.busbw(1e9, 1.0, 1) == 1e9
+
+
+@pytest.mark.parametrize("p", [4, 8, 64, 1024])
+def test_crossover_matches_the_chapter_formula(p):
+    model = cost.Model(alpha=2e-6, beta=1 / 12.5e9)
+    k = np.log2(p)
+    formula = model.alpha / model.beta * (2 * (p - 1) - k) / (k - 2 * (p - 1) / p)
+    assert cost.crossover(model, "recursive_doubling", "ring", p) == pytest.approx(formula)
+    assert cost.crossover(model, "ring", "recursive_doubling", p) is None  # ring never first
+
+
+def test_measured_crossover():
+    sizes = [1, 2, 4, 8, 16]
+    assert cost.measured_crossover(sizes, [1, 1, 1, 5, 9], [2, 2, 2, 4, 4]) == pytest.approx(
+        np.sqrt(32))
+    assert cost.measured_crossover(sizes, [1] * 5, [2] * 5) is None
+    assert cost.measured_crossover(sizes, [3] * 5, [2] * 5) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -116,3 +117,25 @@ def test_grading_five_submissions(root, venv_bin, tmp_path, key):
     assert "[5/5]" in run.stdout and "a_correct" in run.stdout  # progress and summary
     leftover = subprocess.run(["pgrep", "-f", "ipengine"], capture_output=True, text=True)
     assert not leftover.stdout.strip(), "grading left engines running"
+
+
+OTHER_LABS = sorted(p.name for p in (Path(__file__).parent.parent / "labs").glob("*.ipynb")
+                    if p.name != Path(LAB).name)
+
+
+@pytest.mark.parametrize("name", OTHER_LABS)
+def test_key_scores_full_and_student_copy_zero(root, tmp_path, name):
+    """Every other lab grades like the ring lab: its own solutions get 100%, an untouched
+    student copy 0% with the stub's message for each exercise."""
+    lab = root / "labs" / name
+    key = nbformat.read(lab, as_version=4)
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    nbformat.write(key, folder / "key.ipynb")
+    nbformat.write(grading.student_copy(key), folder / "student.ipynb")
+    graded = {s.name: s for s in grading.grade(lab, sorted(folder.glob("*.ipynb")),
+                                                cell_timeout=60, progress=lambda *a, **k: None)}
+    assert graded["key"].total == 1.0, {e: r.message for e, r in graded["key"].results.items()}
+    for exercise, result in graded["student"].results.items():
+        assert result.score == 0.0
+        assert f"NotImplementedError: exercise {exercise}" in result.message

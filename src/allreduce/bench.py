@@ -84,3 +84,58 @@ def time_reduce(nbytes: int, *, dtype: str = "float32", iterations: int = 20) ->
     for _ in range(iterations):
         np.add(a, b, out=a)
     return (time.perf_counter() - start) / iterations
+
+
+def sweep(comm, algorithms: list[str], sizes: list[int], *, iterations: int = 5) -> dict:
+    """Time, for every size in bytes per rank: one ring step (``step``), a local add
+    (``add``, slowest rank) and each algorithm on float32 data (``times``, with the count
+    of wrong elements in ``wrong``).  Collective; every rank gets the same dict."""
+    from mpi4py import MPI
+
+    result = {"ranks": comm.size, "sizes": sizes, "times": {}, "wrong": {},
+              "step": [time_sendrecv(comm, n, iterations=2 * iterations) for n in sizes],
+              "add": [comm.allreduce(time_reduce(n), op=MPI.MAX) for n in sizes]}
+    for name in algorithms:
+        runs = [time_allreduce(comm, name, n // 4, iterations=iterations) for n in sizes]
+        result["times"][name] = [run.seconds for run in runs]
+        result["wrong"][name] = [run.wrong for run in runs]
+    return result
+
+
+def run_sweep(ranks: int, algorithms: list[str], sizes: list[int], *, iterations: int = 5,
+              timeout: float = 300) -> dict:
+    """:func:`sweep` on ``ranks`` fresh MPI processes started with this environment's
+    ``mpiexec`` (what the book's pages call at build time)."""
+    import json
+    import subprocess
+    import sys
+
+    from .lab import mpiexec
+
+    command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
+               "allreduce.bench", "--iterations", str(iterations),
+               "--algorithms", *algorithms, "--sizes", *map(str, sizes)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if run.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
+    return json.loads(run.stdout)
+
+
+def _main() -> None:
+    import argparse
+    import json
+
+    from mpi4py import MPI
+
+    parser = argparse.ArgumentParser(description="Print a timing sweep as JSON (rank 0).")
+    parser.add_argument("--algorithms", nargs="+", default=["ring", PEER])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[1 << 12, 1 << 16, 1 << 20])
+    parser.add_argument("--iterations", type=int, default=5)
+    args = parser.parse_args()
+    result = sweep(MPI.COMM_WORLD, args.algorithms, args.sizes, iterations=args.iterations)
+    if MPI.COMM_WORLD.rank == 0:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    _main()

@@ -112,3 +112,35 @@ def fit(counts: Sequence[Terms], seconds: Sequence[float], *, gamma: bool = True
             if error < best_error:
                 best, best_error = full, error
     return Model(*map(float, best))
+
+
+def crossover(model: Model, first: str, second: str, p: int, *, largest: float = 2.0**50,
+              **options) -> float | None:
+    """The message size in bytes at which ``second`` becomes faster than ``first`` on
+    ``p`` ranks under ``model`` (the chapter "Tree allreduce"), or ``None`` if ``first``
+    is not faster for small messages or never loses below ``largest`` bytes.  Found by
+    bisection; each algorithm's time is linear in ``n``, so there is at most one."""
+    def gap(n: float) -> float:
+        return model.time(first, p, n, **options) - model.time(second, p, n, **options)
+
+    lo, hi = 1.0, largest
+    if gap(lo) >= 0 or gap(hi) <= 0:
+        return None
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def measured_crossover(sizes: Sequence[float], first: Sequence[float],
+                       second: Sequence[float]) -> float | None:
+    """Where measured times cross: the geometric mean of the last size at which ``first``
+    was faster and the next one, once ``second`` stays faster; ``None`` if it never does
+    or ``first`` is never faster."""
+    faster = [a < b for a, b in zip(first, second)]
+    if not faster[0] or all(faster):
+        return None
+    last = max(i for i, f in enumerate(faster) if f)
+    if last == len(sizes) - 1:
+        return None
+    return math.sqrt(sizes[last] * sizes[last + 1])

@@ -214,16 +214,66 @@ def _checking_communicator(world, patience: float):
     return CheckingCommunicator(world)
 
 
+def _all_chunks_wrong(name, n, rank, size, buf, expected) -> str | None:
+    return next((problem for c in range(size)
+                 if (problem := _first_wrong(name, n, rank, size, buf, expected, c))), None)
+
+
+def _try_reduce_scatter(function, comm, n, mine, expected) -> str | None:
+    """Ring reduce-scatter: chunk ``rank`` complete, and its bounds returned."""
+    from .ops import OPS
+
+    rank, size = comm.rank, comm.size
+    buf = mine.copy()
+    returned = function(buf, comm, OPS["sum"])
+    if returned is None or tuple(returned) != chunk_bounds(n, size, rank):
+        return (f"reduce_scatter returned {returned} on rank {rank} for n = {n}; it should "
+                f"return the bounds of chunk {rank}, {chunk_bounds(n, size, rank)}")
+    return _first_wrong("reduce_scatter", n, rank, size, buf, expected, rank)
+
+
+def _try_allgather(function, comm, n, mine, expected) -> str | None:
+    """Ring all-gather: from only chunk ``rank`` finished to every chunk everywhere."""
+    rank, size = comm.rank, comm.size
+    buf = np.zeros(n, dtype=mine.dtype)
+    lo, hi = chunk_bounds(n, size, rank)
+    buf[lo:hi] = expected[lo:hi]
+    function(buf, comm)
+    return _all_chunks_wrong("allgather", n, rank, size, buf, expected)
+
+
+def _try_reduce_to_root(function, comm, n, mine, expected) -> str | None:
+    """A reduce to rank 0, called as ``function(buf, comm, op, scratch)``."""
+    from .ops import OPS
+
+    buf, scratch = mine.copy(), np.empty_like(mine)
+    function(buf, comm, OPS["sum"], scratch)
+    if comm.rank:
+        return None  # only the root's result is defined
+    return _all_chunks_wrong("the reduce", n, 0, comm.size, buf, expected)
+
+
+def _try_allreduce(function, comm, n, mine, expected) -> str | None:
+    """A whole allreduce, called as ``function(buf, comm, op)``, in place."""
+    from .ops import OPS
+
+    buf = mine.copy()
+    function(buf, comm, OPS["sum"])
+    return _all_chunks_wrong("the allreduce", n, comm.rank, comm.size, buf, expected)
+
+
+PHASES = {"reduce_scatter": _try_reduce_scatter, "allgather": _try_allgather,
+          "reduce_to_root": _try_reduce_to_root, "allreduce": _try_allreduce}
+
+
 def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int, int, str]]:
     """On each engine: run the student's ``function`` for every count, against MPI's own
     Allreduce; return the problems as ``(n, rank, message)``.  The ranks stop together at
     the first count where any of them found a problem."""
     from mpi4py import MPI
 
-    import allreduce
-
     world = MPI.COMM_WORLD
-    rank, size = world.rank, world.size
+    rank = world.rank
     problems: list[tuple[int, int, str]] = []
     for n in counts:
         private = world.Dup()  # the student's messages cannot meet anyone else's
@@ -232,23 +282,7 @@ def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int,
         world.Allreduce(mine, expected)  # MPI's own answer, the reference
         try:
             comm = _checking_communicator(private, patience)
-            if phase == "reduce_scatter":
-                buf = mine.copy()
-                returned = function(buf, comm, allreduce.OPS["sum"])
-                if returned is None or tuple(returned) != chunk_bounds(n, size, rank):
-                    problem = (f"{phase} returned {returned} on rank {rank} for n = {n}; it "
-                               f"should return the bounds of chunk {rank}, "
-                               f"{chunk_bounds(n, size, rank)}")
-                else:
-                    problem = _first_wrong(phase, n, rank, size, buf, expected, rank)
-            else:  # allgather: start with only my own chunk finished
-                buf = np.zeros(n, dtype=np.int64)
-                lo, hi = chunk_bounds(n, size, rank)
-                buf[lo:hi] = expected[lo:hi]
-                function(buf, comm)
-                problem = next((p for c in range(size)
-                                if (p := _first_wrong(phase, n, rank, size, buf, expected, c))),
-                               None)
+            problem = PHASES[phase](function, comm, n, mine, expected)
         except Exception as error:  # reported, not raised: the other ranks must get here too
             problem = f"{phase} raised on rank {rank} for n = {n}: {type(error).__name__}: {error}"
         private.Free()
@@ -259,10 +293,16 @@ def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int,
     return problems
 
 
-def _check(view, function: str, phase: str, counts, timeout: float,
-           patience: float = 5) -> None:
+def check(view, function: str, phase: str, *, counts=CHECK_COUNTS, timeout: float = 30,
+          patience: float = 5) -> None:
+    """A lab's check cell: run the engines' ``function`` as ``phase`` (a key of
+    :data:`PHASES`) for each count in ``counts`` and print one deterministic line, or raise
+    ``AssertionError`` with the first problem (smallest count, then lowest rank).  A wait
+    that makes no progress for ``patience`` seconds is reported as a deadlock."""
     import ipyparallel as ipp
 
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
     result = view.apply_async(_run_check, ipp.Reference(function), phase, list(counts),
                               patience)
     try:
@@ -286,11 +326,11 @@ def check_reduce_scatter(view, function: str = "reduce_scatter", *,
     """Check cell for the ring reduce-scatter exercise (chapter "Ring allreduce"): the
     engines' ``function(buf, comm, op)`` must leave chunk ``rank`` fully reduced in ``buf``
     and return its bounds."""
-    _check(view, function, "reduce_scatter", counts, timeout)
+    check(view, function, "reduce_scatter", counts=counts, timeout=timeout)
 
 
 def check_allgather(view, function: str = "allgather", *,
                     counts=CHECK_COUNTS, timeout: float = 30) -> None:
     """Check cell for the ring all-gather exercise: starting from chunk ``rank`` on each
     rank, the engines' ``function(buf, comm)`` must leave every chunk on every rank."""
-    _check(view, function, "allgather", counts, timeout)
+    check(view, function, "allgather", counts=counts, timeout=timeout)
