@@ -72,3 +72,11 @@ def test_measured_crossover():
         np.sqrt(32))
     assert cost.measured_crossover(sizes, [1] * 5, [2] * 5) is None
     assert cost.measured_crossover(sizes, [3] * 5, [2] * 5) is None
+
+
+def test_save_and_load_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_MODEL", str(tmp_path / "m.json"))
+    assert cost.load() is None
+    model = cost.Model(alpha=3e-6, beta=2e-10, gamma=1e-10)
+    assert cost.save(model) == tmp_path / "m.json"
+    assert cost.load() == model

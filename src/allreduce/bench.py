@@ -75,6 +75,26 @@ def time_sendrecv(comm, nbytes: int, *, iterations: int = 20, warmup: int = 3) -
     return _slowest(comm, (time.perf_counter() - start) / iterations)
 
 
+def time_pingpong(comm, nbytes: int, *, iterations: int = 20, warmup: int = 3) -> float:
+    """Seconds for one message of ``nbytes`` from rank 0 to rank 1: half the round trip of
+    a ping-pong (OSU's latency test).  The other ranks wait; every rank gets the time."""
+    buf = np.zeros(nbytes, dtype=np.uint8)
+    seconds = 0.0
+    if comm.rank < 2 and comm.size >= 2:
+        peer = 1 - comm.rank
+        for i in range(warmup + iterations):
+            if i == warmup:
+                start = time.perf_counter()
+            if comm.rank == 0:
+                comm.Send(buf, peer, 1)
+                comm.Recv(buf, peer, 1)
+            else:
+                comm.Recv(buf, peer, 1)
+                comm.Send(buf, peer, 1)
+        seconds = (time.perf_counter() - start) / iterations / 2
+    return comm.bcast(seconds, root=0)
+
+
 def time_reduce(nbytes: int, *, dtype: str = "float32", iterations: int = 20) -> float:
     """Seconds to add ``nbytes`` of ``dtype`` into a buffer in place (the γ term)."""
     a = np.ones(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
@@ -87,12 +107,14 @@ def time_reduce(nbytes: int, *, dtype: str = "float32", iterations: int = 20) ->
 
 
 def sweep(comm, algorithms: list[str], sizes: list[int], *, iterations: int = 5) -> dict:
-    """Time, for every size in bytes per rank: one ring step (``step``), a local add
+    """Time, for every size in bytes per rank: a message from rank 0 to rank 1
+    (``pingpong``; 0 on one rank), one ring step (``step``), a local add
     (``add``, slowest rank) and each algorithm on float32 data (``times``, with the count
     of wrong elements in ``wrong``).  Collective; every rank gets the same dict."""
     from mpi4py import MPI
 
     result = {"ranks": comm.size, "sizes": sizes, "times": {}, "wrong": {},
+              "pingpong": [time_pingpong(comm, n, iterations=2 * iterations) for n in sizes],
               "step": [time_sendrecv(comm, n, iterations=2 * iterations) for n in sizes],
               "add": [comm.allreduce(time_reduce(n), op=MPI.MAX) for n in sizes]}
     for name in algorithms:
@@ -128,7 +150,7 @@ def _main() -> None:
     from mpi4py import MPI
 
     parser = argparse.ArgumentParser(description="Print a timing sweep as JSON (rank 0).")
-    parser.add_argument("--algorithms", nargs="+", default=["ring", PEER])
+    parser.add_argument("--algorithms", nargs="*", default=["ring", PEER])
     parser.add_argument("--sizes", nargs="+", type=int, default=[1 << 12, 1 << 16, 1 << 20])
     parser.add_argument("--iterations", type=int, default=5)
     args = parser.parse_args()

@@ -17,9 +17,12 @@ an ordinary fit is dominated by the largest messages and can give a negative α.
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -144,3 +147,25 @@ def measured_crossover(sizes: Sequence[float], first: Sequence[float],
     if last == len(sizes) - 1:
         return None
     return math.sqrt(sizes[last] * sizes[last + 1])
+
+
+def model_path() -> Path:
+    """Where :func:`save` keeps this machine's fitted model: ``$ALLREDUCE_MODEL`` if set,
+    else ``~/.cache/allreduce/model.json``."""
+    default = Path.home() / ".cache" / "allreduce" / "model.json"
+    return Path(os.environ.get("ALLREDUCE_MODEL", default))
+
+
+def save(model: Model, path: Path | None = None) -> Path:
+    """Keep a fitted model for later chapters' predictions (the lab "Why gradients must be
+    aggregated" fits it).  Returns the path written."""
+    path = path or model_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(model)))
+    return path
+
+
+def load(path: Path | None = None) -> Model | None:
+    """The model :func:`save` kept, or ``None`` if there is none yet."""
+    path = path or model_path()
+    return Model(**json.loads(path.read_text())) if path.exists() else None

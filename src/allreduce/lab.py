@@ -262,8 +262,39 @@ def _try_allreduce(function, comm, n, mine, expected) -> str | None:
     return _all_chunks_wrong("the allreduce", n, comm.rank, comm.size, buf, expected)
 
 
+def _try_average_gradients(function, comm, n, mine, expected) -> str | None:
+    """``function(grads, comm)`` must return the element-wise mean over ranks of a list of
+    gradient arrays of different shapes (small integers: the mean is exact)."""
+    from mpi4py import MPI
+
+    shapes = [(n,), (2, n), (n, 3, 1)]
+    rng = np.random.default_rng([n, comm.rank])
+    grads = [rng.integers(-8, 9, shape).astype(np.float64) for shape in shapes]
+    means = []
+    for g in grads:
+        total = np.empty_like(g)
+        comm.comm.Allreduce(g, total, op=MPI.SUM)
+        means.append(total / comm.size)
+    result = function([g.copy() for g in grads], comm)
+    if not isinstance(result, (list, tuple)) or len(result) != len(grads):
+        return (f"average_gradients returned {type(result).__name__} on rank {comm.rank} for "
+                f"n = {n}; it should return a list of {len(grads)} arrays")
+    for index, (got, want) in enumerate(zip(result, means)):
+        got = np.asarray(got)
+        if got.shape != want.shape:
+            return (f"average_gradients: gradient {index} has shape {got.shape} on rank "
+                    f"{comm.rank} for n = {n}, expected {want.shape}")
+        bad = np.argwhere(got != want)
+        if len(bad):
+            where = tuple(int(i) for i in bad[0])
+            return (f"average_gradients is wrong for n = {n} on rank {comm.rank}: gradient "
+                    f"{index}, element {where}: expected the mean {want[where]}, got {got[where]}")
+    return None
+
+
 PHASES = {"reduce_scatter": _try_reduce_scatter, "allgather": _try_allgather,
-          "reduce_to_root": _try_reduce_to_root, "allreduce": _try_allreduce}
+          "reduce_to_root": _try_reduce_to_root, "allreduce": _try_allreduce,
+          "average_gradients": _try_average_gradients}
 
 
 def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int, int, str]]:
@@ -334,3 +365,26 @@ def check_allgather(view, function: str = "allgather", *,
     """Check cell for the ring all-gather exercise: starting from chunk ``rank`` on each
     rank, the engines' ``function(buf, comm)`` must leave every chunk on every rank."""
     check(view, function, "allgather", counts=counts, timeout=timeout)
+
+
+def check_fit(function) -> None:
+    """Check cell for the α-β fitting exercise (chapter "Why gradients must be
+    aggregated"): ``function(sizes, seconds)`` must return ``(alpha, beta)`` minimising the
+    squared relative error, as :func:`allreduce.cost.fit` does.  Runs here, not on the
+    engines, on synthetic ping-pong times with known α and β and a fixed 5% ripple."""
+    from . import cost
+
+    sizes = [2**k for k in range(0, 25)]
+    ripple = [1 + 0.05 * ((-1) ** k) for k in range(len(sizes))]
+    seconds = [(4e-6 + n * 1e-10) * r for n, r in zip(sizes, ripple)]
+    expected = cost.fit([cost.Terms(1, n, 0) for n in sizes], seconds, gamma=False)
+    got = function(sizes, seconds)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise AssertionError(f"the fit should return (alpha, beta), got {got!r}")
+    for name, value, want in (("alpha", got[0], expected.alpha), ("beta", got[1], expected.beta)):
+        if not np.isclose(value, want, rtol=1e-6, atol=0):
+            raise AssertionError(f"{name} = {value:.6g}, expected {want:.6g} (the minimum of the "
+                                 "squared relative error; an ordinary least-squares fit gives "
+                                 "a different alpha)")
+    print(f"fit: alpha = {got[0] * 1e6:.2f} us, 1/beta = {1 / got[1] / 1e9:.2f} GB/s, "
+          "as allreduce.cost.fit finds")
