@@ -374,7 +374,7 @@ def check_fit(function) -> None:
     engines, on synthetic ping-pong times with known α and β and a fixed 5% ripple."""
     from . import cost
 
-    sizes = [2**k for k in range(0, 25)]
+    sizes = [2**k for k in range(25)]
     ripple = [1 + 0.05 * ((-1) ** k) for k in range(len(sizes))]
     seconds = [(4e-6 + n * 1e-10) * r for n, r in zip(sizes, ripple)]
     expected = cost.fit([cost.Terms(1, n, 0) for n in sizes], seconds, gamma=False)
