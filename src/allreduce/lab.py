@@ -74,12 +74,19 @@ def _start(n: int, timeout: float):
 
 _WATCHDOG = """
 import os, signal, sys, time
-parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
-while True:
+
+def alive(kill, target):
     try:
-        os.kill(parent, 0)
-    except ProcessLookupError:
-        break
+        kill(target, 0)
+        return True
+    except OSError:
+        return False
+
+parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
+while alive(os.kill, parent):
+    groups = [g for g in groups if alive(os.killpg, g)]
+    if not groups:  # stopped normally: nothing to do, and no reused id to hit later
+        sys.exit()
     time.sleep(0.5)
 for group in groups:
     try:
@@ -95,7 +102,8 @@ def _watch(engines) -> None:
     ``atexit`` stops them on a normal exit, but a kernel can be killed outright (nbval
     shuts its kernels down that way, and so does a crash); ipyparallel starts the
     controller and ``mpiexec`` in sessions of their own, so nothing else would stop them.
-    A small process watches this one and kills those two process groups when it is gone.
+    A small process watches this one and kills those two process groups when it is gone;
+    it leaves as soon as the groups are gone, so a later process reusing their ids is safe.
     """
     import os
     import subprocess
