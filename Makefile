@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # pip picks the local CPU torch wheel when the machine keeps one in /opt/wheels.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: book test lab student grade venv clean help
+.PHONY: book test lab student grade bench venv clean help
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes its code)"
@@ -17,6 +17,7 @@ help:
 	@echo "make lab    open JupyterLab on the labs (their engines use .venv's mpiexec)"
 	@echo "make student  write student copies of every lab into student/ (solutions stubbed)"
 	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade with nbval"
+	@echo "make bench  allreduce-bench on 4 MPI ranks, 1 KiB to 64 MiB, against MPI_Allreduce and torch gloo"
 	@echo "make venv   only create .venv and install the package with all extras"
 	@echo "make clean  remove _build and .venv"
 
@@ -45,6 +46,11 @@ student: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=scores.csv]"; exit 2; }
 	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),scores.csv)"
+
+BENCH_RANKS ?= 4
+BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,rabenseifner,recursive_doubling,auto
+bench: $(STAMP)
+	$(BIN)/mpiexec -n $(BENCH_RANKS) $(BIN)/python -m mpi4py -m allreduce.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf _build $(VENV)

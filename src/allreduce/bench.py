@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -135,29 +136,347 @@ def run_sweep(ranks: int, algorithms: list[str], sizes: list[int], *, iterations
     from .lab import mpiexec
 
     command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
-               "allreduce.bench", "--iterations", str(iterations),
-               "--algorithms", *algorithms, "--sizes", *map(str, sizes)]
+               "allreduce.bench", "--sweep", "--iterations", str(iterations),
+               "--sizes", *map(str, sizes), "--", *algorithms]
     run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     if run.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
     return json.loads(run.stdout)
 
 
-def _main() -> None:
+# --- allreduce-bench: the nccl-tests-style table ---------------------------------------------
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"64K"`` → 65536, as nccl-tests' ``-b``/``-e`` read sizes."""
+    text = text.strip().upper().removesuffix("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    try:
+        return int(float(text[: len(text) - len(unit)]) * UNITS[unit])
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use e.g. 8, 1K, 64M)") from None
+
+
+def size_range(begin: int, end: int, factor: int) -> list[int]:
+    """``begin, begin·factor, …`` up to ``end`` (nccl-tests' ``-b -e -f``)."""
+    if begin <= 0 or end < begin or factor < 2:
+        raise ValueError("need 0 < begin <= end and factor >= 2")
+    sizes = [begin]
+    while sizes[-1] * factor <= end:
+        sizes.append(sizes[-1] * factor)
+    return sizes
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: one algorithm (or peer) at one size."""
+
+    nbytes: int
+    count: int
+    dtype: str
+    op: str
+    name: str
+    seconds: float
+    ranks: int
+    wrong: int
+    peer_ratio: float | None = None  # our busbw / the best peer's busbw at this size
+
+    @property
+    def algbw(self) -> float:
+        return self.nbytes / self.seconds
+
+    @property
+    def busbw(self) -> float:
+        from .cost import busbw
+
+        return busbw(self.nbytes, self.seconds, self.ranks)
+
+
+class _World:
+    """What the benchmark needs from the launcher: the communicator that ``allreduce``
+    runs on, barriers and reductions of scalars, and the peers (the libraries' own
+    allreduce) with the reference result."""
+
+    def __init__(self, torch_peer: bool):
+        import os
+
+        self.torch = None
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun
+            self._init_torch_only()
+        else:
+            self._init_mpi(torch_peer)
+
+    def _init_mpi(self, torch_peer: bool) -> None:
+        import os
+
+        from mpi4py import MPI
+
+        self.mpi = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.rank, self.comm.size
+        ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
+        self.peers = {PEER: lambda x, out, op: self.comm.Allreduce(x, out, op=ops[op])}
+        self.deferred_torch_peer = torch_peer
+
+    def enable_torch_peer(self) -> None:
+        """Start a gloo process group on the MPI ranks and add torch's all_reduce as a peer.
+        Called after everything else is timed: gloo's threads, once started, slow the
+        other measurements of 4 ranks sharing 2 cores by up to 3x."""
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)  # ranks already share the cores
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(self.comm.bcast(_free_port() if self.rank == 0 else None))
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
+        self.torch = dist
+        self.peers["torch_all_reduce"] = _torch_all_reduce
+        self.deferred_torch_peer = False
+
+    def _init_torch_only(self) -> None:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        self.mpi = None
+        self.torch = dist
+        self.comm = dist.group.WORLD
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.peers = {"torch_all_reduce": _torch_all_reduce}
+        self.deferred_torch_peer = False
+
+    def barrier(self) -> None:
+        if self.mpi:
+            self.comm.Barrier()
+        else:
+            self.torch.barrier()
+
+    def reduce_scalar(self, value: float, op: str) -> float:
+        if self.mpi:
+            return self.comm.allreduce(value, op=self.mpi.MAX if op == "max" else self.mpi.SUM)
+        import torch
+
+        t = torch.tensor([value], dtype=torch.float64)
+        self.torch.all_reduce(t, op=self.torch.ReduceOp.MAX if op == "max" else self.torch.ReduceOp.SUM)
+        return float(t[0])
+
+    def close(self) -> None:
+        if self.torch is not None:
+            self.torch.destroy_process_group()
+
+
+def _torch_all_reduce(x, out, op: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+           "prod": dist.ReduceOp.PRODUCT}
+    out[...] = x
+    dist.all_reduce(torch.from_numpy(out), op=ops[op])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _time(world: _World, call, iterations: int, warmup: int) -> float:
+    for _ in range(warmup):
+        call()
+    world.barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        call()
+    return world.reduce_scalar((time.perf_counter() - start) / iterations, "max")
+
+
+def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: str = "float32",
+              op: str = "sum", iterations: int = 20, warmup: int = 5, progress=None) -> list[Row]:
+    """Time every algorithm and every peer at every size (collective); every rank gets the
+    rows.  Each result is compared with the first peer's, element by element (#wrong).
+    Under MPI the torch peer is timed last, over all sizes (see
+    :meth:`_World.enable_torch_peer`)."""
+    import allreduce
+
+    from .testing import exact_input
+
+    itemsize = np.dtype(dtype).itemsize
+    reference = next(iter(world.peers.values()))
+    inputs = {}
+    for nbytes in sizes:
+        count = nbytes // itemsize
+        x = exact_input(world.rank, count, dtype, op)  # results exact in any order
+        expected = np.empty_like(x)
+        reference(x, expected, "sum" if op == "mean" else op)
+        if op == "mean":  # the peers have no mean: their sum, divided as the library does
+            expected = (expected / world.size).astype(dtype)
+        inputs[nbytes] = x, expected
+
+    def measure(name: str, nbytes: int) -> Row:
+        x, expected = inputs[nbytes]
+        out = np.empty_like(x)
+        if name in world.peers:
+            def call():
+                world.peers[name](x, out, op)
+        else:
+            def call():
+                allreduce.allreduce(x, world.comm, algorithm=name, op=op, out=out)
+        seconds = _time(world, call, iterations, warmup)
+        wrong = int(world.reduce_scalar(float(np.count_nonzero(out != expected)), "sum"))
+        return Row(x.nbytes, len(x), dtype, op, name, seconds, world.size, wrong)
+
+    peers = list(world.peers) if op != "mean" else []  # the peers have no mean
+    passes = 2 if world.deferred_torch_peer and op != "mean" else 1
+    rows: list[Row] = []
+    for index, nbytes in enumerate(sizes):
+        rows += [measure(name, nbytes) for name in [*peers, *algorithms]]
+        if progress:
+            progress(index + 1, len(sizes) * passes, nbytes)
+    if passes == 2:
+        world.enable_torch_peer()
+        peers.append("torch_all_reduce")
+        for index, nbytes in enumerate(sizes):
+            rows.append(measure("torch_all_reduce", nbytes))
+            if progress:
+                progress(len(sizes) + index + 1, len(sizes) * passes, nbytes)
+    order = {name: i for i, name in enumerate([*peers, *algorithms])}
+    rows.sort(key=lambda row: (row.nbytes, order[row.name]))
+    best = {n: min((r.seconds for r in rows if r.nbytes == n and r.name in peers), default=None)
+            for n in sizes}
+    return [Row(**{**row.__dict__, "peer_ratio": best[row.nbytes] / row.seconds
+                   if best[row.nbytes] else None}) for row in rows]
+
+
+def format_table(rows: list[Row], peers: list[str]) -> str:
+    """The rows in nccl-tests' columns, with each row's ratio to the best peer, and the
+    average bus bandwidth of each algorithm at the end."""
+    head = (f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6} {'algorithm':>24} "
+            f"{'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7} {'vs best peer':>13}")
+    units = (f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6} {'':>24} "
+             f"{'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7} {'(busbw)':>13}")
+    lines = [head, units]
+    for row in rows:
+        ratio = f"{row.peer_ratio:.2f}x" if row.peer_ratio is not None else "-"
+        lines.append(f"{row.nbytes:>12} {row.count:>11} {row.dtype:>8} {row.op:>6} "
+                     f"{row.name:>24} {row.seconds * 1e6:>10.1f} {row.algbw / 1e9:>8.3f} "
+                     f"{row.busbw / 1e9:>8.3f} {row.wrong:>7} {ratio:>13}")
+    lines.append("")
+    for name in dict.fromkeys(row.name for row in rows):
+        mine = [row.busbw for row in rows if row.name == name]
+        lines.append(f"# Avg bus bandwidth {name:>24}: {sum(mine) / len(mine) / 1e9:.3f} GB/s")
+    lines.append(f"# peers: {', '.join(peers)}; ratios are busbw over the best peer's at the "
+                 "same size (higher is better)")
+    return "\n".join(lines)
+
+
+def _main(argv: list[str] | None = None) -> int:
     import argparse
+    import csv
     import json
+    import sys
 
-    from mpi4py import MPI
+    from .api import ALGORITHMS
 
-    parser = argparse.ArgumentParser(description="Print a timing sweep as JSON (rank 0).")
-    parser.add_argument("--algorithms", nargs="*", default=["ring", PEER])
-    parser.add_argument("--sizes", nargs="+", type=int, default=[1 << 12, 1 << 16, 1 << 20])
-    parser.add_argument("--iterations", type=int, default=5)
-    args = parser.parse_args()
-    result = sweep(MPI.COMM_WORLD, args.algorithms, args.sizes, iterations=args.iterations)
-    if MPI.COMM_WORLD.rank == 0:
-        print(json.dumps(result))
+    parser = argparse.ArgumentParser(
+        prog="allreduce-bench",
+        description="Allreduce benchmark in nccl-tests' columns, with the libraries' own "
+                    "allreduce as peers in the same run.  Launch it with "
+                    "`.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py -m allreduce.bench` "
+                    "or `.venv/bin/torchrun --nproc-per-node 4 -m allreduce.bench`.")
+    parser.add_argument("-b", "--minbytes", default="1K", help="smallest size (default 1K)")
+    parser.add_argument("-e", "--maxbytes", default="64M", help="largest size (default 64M)")
+    parser.add_argument("-f", "--stepfactor", type=int, default=4, help="size factor (default 4)")
+    parser.add_argument("-a", "--algorithms", default="ring,rabenseifner,auto",
+                        help="comma-separated, or 'all' (default ring,rabenseifner,auto)")
+    parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
+    parser.add_argument("-d", "--dtype", default="float32", help="float16/32/64, int32/64")
+    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
+    parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="under mpiexec, leave out the torch gloo peer")
+    parser.add_argument("--csv", type=Path, help="write the rows as CSV")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    parser.add_argument("--plot", type=Path, help="plot busbw against size (PNG)")
+    parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
+    parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args(argv)
+    if args.sweep:  # the book's build-time measurements (run_sweep)
+        from mpi4py import MPI
+
+        algorithms = [a for a in rest if not a.startswith("-")] if rest else []
+        result = sweep(MPI.COMM_WORLD, algorithms, args.sizes, iterations=args.iterations)
+        if MPI.COMM_WORLD.rank == 0:
+            print(json.dumps(result))
+        return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    algorithms = [a for a in ALGORITHMS] if args.algorithms == "all" else args.algorithms.split(",")
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown:
+        parser.error(f"unknown algorithm(s) {', '.join(unknown)}; known: {', '.join(ALGORITHMS)}")
+    sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
+    world = _World(torch_peer=not args.no_torch)
+    show = world.rank == 0
+
+    def progress(done, total, nbytes):
+        if show:
+            print(f"\r# measured {done}/{total} size passes ({nbytes} B)", end="",
+                  file=sys.stderr, flush=True)
+
+    try:
+        rows = run_table(world, algorithms, sizes, dtype=args.dtype, op=args.op,
+                         iterations=args.iters, warmup=args.warmup_iters, progress=progress)
+    finally:
+        world.close()
+    if not show:
+        return 0
+    print(file=sys.stderr)
+    print(f"# allreduce-bench: {world.size} ranks, {args.dtype} {args.op}, "
+          f"{args.warmup_iters} warm-up + {args.iters} timed iterations, time = slowest rank")
+    print(format_table(rows, list(world.peers)))
+    fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
+              "peer_ratio", "algbw", "busbw"]
+    records = [{f: getattr(row, f) for f in fields} for row in rows]
+    if args.csv:
+        with args.csv.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(records)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+    if args.plot:
+        _plot(rows, args.plot)
+    return 1 if any(row.wrong for row in rows) else 0
+
+
+def _plot(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
+    for name in dict.fromkeys(row.name for row in rows):
+        mine = [row for row in rows if row.name == name]
+        ax.semilogx([r.nbytes for r in mine], [r.busbw / 1e9 for r in mine], "o-", label=name)
+    ax.set_xlabel("size per rank (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    """Console script ``allreduce-bench``."""
+    raise SystemExit(_main())
 
 
 if __name__ == "__main__":
-    _main()
+    main()

@@ -1,0 +1,60 @@
+"""allreduce-bench: sizes as nccl-tests reads them, and real runs under mpiexec and torchrun
+that print the table, check every result (#wrong) and write CSV and JSON."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from allreduce import bench
+from conftest import run_launcher
+
+ARGS = ["-b", "1K", "-e", "16K", "-f", "4", "-a", "ring,auto", "-n", "2", "-w", "1"]
+
+
+def test_sizes_read_like_nccl_tests():
+    assert bench.parse_size("8") == 8 and bench.parse_size("1K") == 1024
+    assert bench.parse_size("64M") == 64 << 20 and bench.parse_size("1g") == 1 << 30
+    assert bench.size_range(1024, 16384, 4) == [1024, 4096, 16384]
+    with pytest.raises(ValueError, match="not a size"):
+        bench.parse_size("lots")
+
+
+def _check_output(stdout: str, peers: list[str], csv_path, json_path):
+    assert "#wrong" in stdout and "busbw" in stdout and "vs best peer" in stdout
+    rows = list(csv.DictReader(csv_path.open()))
+    names = [*peers, "ring", "auto"]
+    assert [(int(r["nbytes"]), r["name"]) for r in rows] == [
+        (n, name) for n in (1024, 4096, 16384) for name in names]
+    assert all(r["wrong"] == "0" for r in rows)
+    assert all(float(r["seconds"]) > 0 and float(r["peer_ratio"]) > 0 for r in rows)
+    assert json.loads(json_path.read_text()) and len(json.loads(json_path.read_text())) == len(rows)
+    for name in names:
+        assert f"# Avg bus bandwidth {name:>24}:" in stdout
+
+
+def test_under_mpiexec_with_both_peers(venv_bin, tmp_path):
+    run = run_launcher([venv_bin / "mpiexec", "-n", "3", venv_bin / "python", "-m", "mpi4py",
+                        "-m", "allreduce.bench", *ARGS, "--csv", tmp_path / "r.csv",
+                        "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png"], timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_output(run.stdout, ["MPI_Allreduce", "torch_all_reduce"], tmp_path / "r.csv",
+                  tmp_path / "r.json")
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_under_torchrun(venv_bin, tmp_path):
+    run = run_launcher([venv_bin / "torchrun", "--standalone", "--nproc-per-node", "2", "-m",
+                        "allreduce.bench", *ARGS, "--csv", tmp_path / "r.csv",
+                        "--json", tmp_path / "r.json"], timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_output(run.stdout, ["torch_all_reduce"], tmp_path / "r.csv", tmp_path / "r.json")
+
+
+def test_an_unknown_algorithm_is_refused_on_every_rank(venv_bin):
+    run = run_launcher([venv_bin / "mpiexec", "-n", "2", venv_bin / "python", "-m", "mpi4py",
+                        "-m", "allreduce.bench", "-a", "ring,fastest"], timeout=60)
+    assert run.returncode != 0
+    assert run.stderr.count("unknown algorithm(s) fastest") == 2
