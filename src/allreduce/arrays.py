@@ -24,11 +24,17 @@ def is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray) or is_tensor(x)
 
 
+_DTYPE_NAMES: dict[Any, str] = {}  # numpy builds dtype.name in Python: ~4 µs a call
+
+
 def dtype_name(x) -> str:
     """The dtype as a plain name, e.g. ``"float32"``, for numpy and torch alike."""
-    if isinstance(x, np.ndarray):
-        return x.dtype.name
-    return str(x.dtype).removeprefix("torch.")
+    dtype = x.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = dtype.name if isinstance(x, np.ndarray) else str(dtype).removeprefix("torch.")
+        _DTYPE_NAMES[dtype] = name
+    return name
 
 
 def count(x) -> int:

@@ -11,6 +11,8 @@ values.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +42,7 @@ class CallDescription:
         return np.array(
             [
                 _problem_code(self.problem),
-                int(np.prod(shape, dtype=np.int64)) if self.shape is not None else -1,
+                math.prod(shape) if self.shape is not None else -1,
                 hash(shape),
                 _index(DTYPES, self.dtype),
                 _index(OP_NAMES, self.op),
