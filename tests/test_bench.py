@@ -33,6 +33,9 @@ def _check_output(stdout: str, peers: list[str], csv_path, json_path):
     assert json.loads(json_path.read_text()) and len(json.loads(json_path.read_text())) == len(rows)
     for name in names:
         assert f"# Avg bus bandwidth {name:>24}:" in stdout
+    assert "# model fitted to this run's algorithm rows" in stdout
+    for r in rows:  # predictions for the library's algorithms, none for the peers
+        assert (r["predicted"] == "") == (r["name"] in peers)
 
 
 def test_under_mpiexec_with_both_peers(venv_bin, tmp_path):
@@ -58,3 +61,24 @@ def test_an_unknown_algorithm_is_refused_on_every_rank(venv_bin):
                         "-m", "allreduce.bench", "-a", "ring,fastest"], timeout=60)
     assert run.returncode != 0
     assert run.stderr.count("unknown algorithm(s) fastest") == 2
+
+
+def test_fit_model_recovers_times_made_by_a_model():
+    from allreduce import cost
+
+    truth = cost.Model(alpha=50e-6, beta=1e-9, gamma=0.5e-9)
+    rows = []
+    for name in ("ring", "recursive_doubling", "auto", "MPI_Allreduce"):
+        for nbytes in (1 << 10, 1 << 16, 1 << 22):
+            run_as = bench._terms(bench.Row(nbytes, nbytes // 4, "float32", "sum", name, 1.0, 4, 0)) \
+                if name != "MPI_Allreduce" else cost.Terms(1, nbytes, 0)
+            seconds = (run_as.steps * truth.alpha + run_as.sent * truth.beta
+                       + run_as.reduced * truth.gamma)
+            rows.append(bench.Row(nbytes, nbytes // 4, "float32", "sum", name, seconds, 4, 0))
+    model, annotated = bench.fit_model(rows, ["MPI_Allreduce"])
+    assert model.alpha == pytest.approx(truth.alpha) and model.beta == pytest.approx(truth.beta)
+    for row in annotated:
+        if row.name == "MPI_Allreduce":
+            assert row.predicted is None
+        else:
+            assert row.predicted == pytest.approx(row.seconds)

@@ -182,6 +182,7 @@ class Row:
     ranks: int
     wrong: int
     peer_ratio: float | None = None  # our busbw / the best peer's busbw at this size
+    predicted: float | None = None  # seconds, from the model fitted to this run (fit_model)
 
     @property
     def algbw(self) -> float:
@@ -353,19 +354,53 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
                    if best[row.nbytes] else None}) for row in rows]
 
 
+def _terms(row: Row):
+    """The traced cost terms of the algorithm a row ran (``auto`` as the one it chose)."""
+    from . import cost
+    from .algorithms.auto import choose
+
+    name = choose(row.nbytes, row.ranks) if row.name == "auto" else row.name
+    return cost.terms(name, row.ranks, row.nbytes)
+
+
+def fit_model(rows: list[Row], peers: list[str]):
+    """Fit α, β and γ to this run's own algorithm rows, each described by the steps, bytes
+    sent and bytes reduced that its trace counts (:func:`allreduce.cost.terms`), on
+    relative error; return the model and the rows with their predicted times."""
+    from . import cost
+
+    mine = [row for row in rows if row.name not in peers and row.ranks > 1]
+    if len(mine) < 3:
+        return None, rows
+    model = cost.fit([_terms(row) for row in mine], [row.seconds for row in mine])
+
+    def predict(row: Row) -> float | None:
+        if row.name in peers or row.ranks == 1:
+            return None
+        t = _terms(row)
+        return t.steps * model.alpha + t.sent * model.beta + t.reduced * model.gamma
+
+    return model, [Row(**{**row.__dict__, "predicted": predict(row)}) for row in rows]
+
+
 def format_table(rows: list[Row], peers: list[str]) -> str:
     """The rows in nccl-tests' columns, with each row's ratio to the best peer, and the
     average bus bandwidth of each algorithm at the end."""
     head = (f"{'size':>12} {'count':>11} {'type':>8} {'redop':>6} {'algorithm':>24} "
-            f"{'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7} {'vs best peer':>13}")
+            f"{'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7} {'vs best peer':>13} "
+            f"{'model':>10} {'error':>6}")
     units = (f"{'(B)':>12} {'(elements)':>11} {'':>8} {'':>6} {'':>24} "
-             f"{'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7} {'(busbw)':>13}")
+             f"{'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7} {'(busbw)':>13} "
+             f"{'(us)':>10} {'':>6}")
     lines = [head, units]
     for row in rows:
         ratio = f"{row.peer_ratio:.2f}x" if row.peer_ratio is not None else "-"
+        model = f"{row.predicted * 1e6:>10.1f}" if row.predicted else f"{'-':>10}"
+        error = (f"{(row.predicted - row.seconds) / row.seconds:>+6.0%}" if row.predicted
+                 else f"{'-':>6}")
         lines.append(f"{row.nbytes:>12} {row.count:>11} {row.dtype:>8} {row.op:>6} "
                      f"{row.name:>24} {row.seconds * 1e6:>10.1f} {row.algbw / 1e9:>8.3f} "
-                     f"{row.busbw / 1e9:>8.3f} {row.wrong:>7} {ratio:>13}")
+                     f"{row.busbw / 1e9:>8.3f} {row.wrong:>7} {ratio:>13} {model} {error}")
     lines.append("")
     for name in dict.fromkeys(row.name for row in rows):
         mine = [row.busbw for row in rows if row.name == name]
@@ -438,11 +473,17 @@ def _main(argv: list[str] | None = None) -> int:
     if not show:
         return 0
     print(file=sys.stderr)
+    model, rows = fit_model(rows, list(world.peers))
     print(f"# allreduce-bench: {world.size} ranks, {args.dtype} {args.op}, "
           f"{args.warmup_iters} warm-up + {args.iters} timed iterations, time = slowest rank")
     print(format_table(rows, list(world.peers)))
+    if model:
+        print(f"# model fitted to this run's algorithm rows (traced steps and bytes, relative "
+              f"error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
+              f"{1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, 1/gamma = "
+              f"{1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s")
     fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
-              "peer_ratio", "algbw", "busbw"]
+              "peer_ratio", "predicted", "algbw", "busbw"]
     records = [{f: getattr(row, f) for f in fields} for row in rows]
     if args.csv:
         with args.csv.open("w", newline="") as f:
