@@ -27,6 +27,17 @@ class Timing:
     wrong: int
 
 
+def _mean_time(call, barrier, iterations: int, warmup: int) -> float:
+    """This rank's mean seconds per ``call()``: warm-up calls, a barrier, timed calls."""
+    for _ in range(warmup):
+        call()
+    barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        call()
+    return (time.perf_counter() - start) / iterations
+
+
 def _slowest(comm, seconds: float) -> float:
     from mpi4py import MPI
 
@@ -48,13 +59,7 @@ def time_allreduce(comm, algorithm: str, count: int, *, dtype: str = "float32",
         else:
             allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
 
-    for _ in range(warmup):
-        call()
-    comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        call()
-    seconds = (time.perf_counter() - start) / iterations
+    seconds = _mean_time(call, comm.Barrier, iterations, warmup)
     expected = np.empty_like(x)
     comm.Allreduce(x, expected)
     wrong = comm.allreduce(int(np.count_nonzero(out != expected)))
@@ -67,13 +72,11 @@ def time_sendrecv(comm, nbytes: int, *, iterations: int = 20, warmup: int = 3) -
     send = np.zeros(nbytes, dtype=np.uint8)
     recv = np.empty_like(send)
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-    for _ in range(warmup):
+
+    def step():
         comm.Sendrecv(send, right, 0, recv, left, 0)
-    comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        comm.Sendrecv(send, right, 0, recv, left, 0)
-    return _slowest(comm, (time.perf_counter() - start) / iterations)
+
+    return _slowest(comm, _mean_time(step, comm.Barrier, iterations, warmup))
 
 
 def time_pingpong(comm, nbytes: int, *, iterations: int = 20, warmup: int = 3) -> float:
@@ -288,13 +291,7 @@ def _free_port() -> int:
 
 
 def _time(world: _World, call, iterations: int, warmup: int) -> float:
-    for _ in range(warmup):
-        call()
-    world.barrier()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        call()
-    return world.reduce_scalar((time.perf_counter() - start) / iterations, "max")
+    return world.reduce_scalar(_mean_time(call, world.barrier, iterations, warmup), "max")
 
 
 def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: str = "float32",
