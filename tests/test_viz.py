@@ -55,3 +55,9 @@ def test_figure_and_animation_have_one_panel_and_frame_per_step():
 def test_contribution_traces_need_a_bit_per_rank():
     with pytest.raises(ValueError, match="1..62"):
         viz.record_states("ring", 63, 4)
+
+
+def test_markdown_table_renders_as_markdown_in_a_notebook():
+    table = viz.markdown_table(["a", "b"], [[1, "x"], [2, "y"]])
+    assert table == "| a | b |\n|---|---|\n| 1 | x |\n| 2 | y |"
+    assert table._repr_markdown_() == str(table)

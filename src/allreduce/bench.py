@@ -1,10 +1,11 @@
 """Timing allreduce the way the field does (nccl-tests, OSU): warm-up, barrier, time, take
-the slowest rank.  The labs measure with these functions.
+the slowest rank, and check every result.
 
-Taught in the chapter "Ring allreduce" (measured against predicted).  Every timing here is
-collective over an mpi4py communicator, and every allreduce timed is also checked: the
-result of the last iteration is compared with MPI_Allreduce of the same input, and the
-number of wrong elements is returned next to the time.
+* The labs and the book's pages measure with :func:`sweep` (ring steps, local adds and
+  algorithms over an mpi4py communicator; :func:`run_sweep` starts it under ``mpiexec``)
+  and :func:`fit_step_model`.  Taught in the chapter "Ring allreduce".
+* ``allreduce-bench`` (:func:`main`) prints the nccl-tests table with the MPI library's and
+  torch's own allreduce as peers, under ``mpiexec`` or ``torchrun``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def time_allreduce(comm, algorithm: str, count: int, *, dtype: str = "float32",
     on ``count`` elements per rank of ``comm`` (an ``mpi4py`` communicator)."""
     import allreduce
 
-    x = (np.arange(count) % 7 + comm.rank).astype(dtype)  # small integers: exact sums
+    from .testing import exact_input
+
+    x = exact_input(comm.rank, count, dtype, "sum")  # small integers: exact in any order
     out = np.empty_like(x)
 
     def call():
@@ -126,6 +129,16 @@ def sweep(comm, algorithms: list[str], sizes: list[int], *, iterations: int = 5)
         result["times"][name] = [run.seconds for run in runs]
         result["wrong"][name] = [run.wrong for run in runs]
     return result
+
+
+def fit_step_model(measured: dict):
+    """The α-β-γ model of a :func:`sweep`: α and β fitted to its ring steps, γ to its local
+    adds, on relative error (:func:`allreduce.cost.fit`)."""
+    from .cost import Terms, fit
+
+    sizes = measured["sizes"]
+    return fit([Terms(1, n, 0) for n in sizes] + [Terms(0, 0, n) for n in sizes],
+               list(measured["step"]) + list(measured["add"]))
 
 
 def run_sweep(ranks: int, algorithms: list[str], sizes: list[int], *, iterations: int = 5,

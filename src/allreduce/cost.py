@@ -1,7 +1,8 @@
 """The α-β-γ cost model: how long an allreduce of ``n`` bytes on ``p`` ranks should take.
 
-Taught in the chapter "Ring allreduce" (and used by every algorithm chapter).  A message of
-``m`` bytes costs ``α + m·β``; reducing ``m`` bytes costs ``m·γ``.  An algorithm's time is
+Taught in the chapter "Why gradients must be aggregated" (and used by every algorithm
+chapter).  A message of ``m`` bytes costs ``α + m·β``; reducing ``m`` bytes costs ``m·γ``.
+An algorithm's time is
 
     T = steps·α + (bytes the busiest rank sends)·β + (bytes it reduces)·γ,
 

@@ -153,8 +153,8 @@ def _in_ipython() -> bool:
 
 
 # --- check cells -------------------------------------------------------------------------
-# A lab's check cell calls check_reduce_scatter / check_allgather with the name of the
-# student's function on the engines.  It runs there on a duplicate of MPI.COMM_WORLD,
+# A lab's check cell calls check(view, name, phase) with the name of the student's
+# function on the engines and what it should do (a key of PHASES).  It runs there on a duplicate of MPI.COMM_WORLD,
 # against MPI's own Allreduce, for several sizes including ones p does not divide, and
 # prints one deterministic line.  A wrong answer raises AssertionError naming the size, the
 # rank, the chunk and the expected and actual values.  Inputs are contribution bit sets
@@ -164,10 +164,12 @@ CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
 
 
 def _ranks(bits: int, size: int) -> str:
+    from .viz import contributors
+
     if bits == (1 << size) - 1:
         return f"all {size} ranks"
-    names = [str(r) for r in range(size) if int(bits) >> r & 1]
-    return ("ranks " + "+".join(names)) if names else "nothing"
+    names = contributors(bits)
+    return ("ranks " + "+".join(map(str, names))) if names else "nothing"
 
 
 def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: int) -> str | None:
@@ -358,21 +360,6 @@ def check(view, function: str, phase: str, *, counts=CHECK_COUNTS, timeout: floa
         more = f"  ({len(found) - 1} more on other ranks)" if len(found) > 1 else ""
         raise AssertionError(found[0][2] + more)
     print(f"{function}: correct on {len(view)} ranks for n = {', '.join(map(str, counts))}")
-
-
-def check_reduce_scatter(view, function: str = "reduce_scatter", *,
-                         counts=CHECK_COUNTS, timeout: float = 30) -> None:
-    """Check cell for the ring reduce-scatter exercise (chapter "Ring allreduce"): the
-    engines' ``function(buf, comm, op)`` must leave chunk ``rank`` fully reduced in ``buf``
-    and return its bounds."""
-    check(view, function, "reduce_scatter", counts=counts, timeout=timeout)
-
-
-def check_allgather(view, function: str = "allgather", *,
-                    counts=CHECK_COUNTS, timeout: float = 30) -> None:
-    """Check cell for the ring all-gather exercise: starting from chunk ``rank`` on each
-    rank, the engines' ``function(buf, comm)`` must leave every chunk on every rank."""
-    check(view, function, "allgather", counts=counts, timeout=timeout)
 
 
 def check_fit(function) -> None:

@@ -64,17 +64,29 @@ def chunk_labels(states: np.ndarray, chunks: int) -> list[list[list[str]]]:
     return labels
 
 
-def step_table(states: np.ndarray, chunks: int, step_names: Sequence[str] | None = None) -> str:
+class MarkdownTable(str):
+    """Markdown text that a notebook displays as a table (``_repr_markdown_``)."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> MarkdownTable:
+    """A Markdown table from a header and rows of cells; the book's computed tables."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return MarkdownTable("\n".join(lines))
+
+
+def step_table(states: np.ndarray, chunks: int,
+               step_names: Sequence[str] | None = None) -> MarkdownTable:
     """A Markdown table, one row per step and rank, one column per chunk, of
     :func:`chunk_labels`."""
-    labels = chunk_labels(states, chunks)
-    header = "| step | rank | " + " | ".join(f"chunk {c}" for c in range(chunks)) + " |"
-    lines = [header, "|" + "---|" * (chunks + 2)]
-    for t, rows in enumerate(labels):
+    rows = []
+    for t, per_rank in enumerate(chunk_labels(states, chunks)):
         name = step_names[t] if step_names else str(t)
-        for rank, row in enumerate(rows):
-            lines.append(f"| {name if rank == 0 else ''} | {rank} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows += [[name if rank == 0 else "", rank, *row] for rank, row in enumerate(per_rank)]
+    return markdown_table(["step", "rank", *(f"chunk {c}" for c in range(chunks))], rows)
 
 
 def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), changed=None) -> None:

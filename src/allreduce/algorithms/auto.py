@@ -1,8 +1,8 @@
 """``auto``: pick an algorithm from the message size and the number of ranks.
 
-Taught in the chapter "Choosing an algorithm".  Below the crossover size, latency
-dominates and recursive doubling's ⌈lg p⌉ steps win; above it, bandwidth dominates and
-the ring, which meets the bandwidth lower bound, wins.  Every rank makes the same choice,
+The crossover it uses is the subject of the chapter "Tree allreduce".  Below it, latency
+dominates and recursive doubling's ⌈lg p⌉ steps win; above it, bandwidth dominates and the
+ring, which meets the bandwidth lower bound, wins.  Every rank makes the same choice,
 because the choice depends only on metadata that the ranks have already agreed on.
 """
 
