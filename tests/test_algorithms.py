@@ -149,9 +149,40 @@ def test_ring_phases_compose_into_allreduce():
         assert (full == expected).all()
 
 
-def test_auto_picks_by_size():
-    from allreduce.algorithms.auto import SMALL_MESSAGE_BYTES, choose
+def test_auto_picks_the_fastest_candidate_under_its_model():
+    from allreduce.algorithms.auto import CANDIDATES, DEFAULT_MODEL, choose
+    from allreduce.cost import Model
 
-    assert choose(SMALL_MESSAGE_BYTES, 4) == "recursive_doubling"
-    assert choose(SMALL_MESSAGE_BYTES + 1, 4) == "ring"
-    assert choose(10**9, 2) == "recursive_doubling"
+    for model in (DEFAULT_MODEL, Model(alpha=2e-6, beta=1 / 12.5e9, gamma=1 / 50e9)):
+        for p in (2, 3, 4, 8, 64, 1024):
+            for nbytes in (8, 1024, 65536, 1 << 20, 1 << 26):
+                chosen = choose(nbytes, p, model)
+                best = min(model.time(name, p, nbytes) for name in CANDIDATES)
+                assert model.time(chosen, p, nbytes) == best
+    latency_only, bandwidth_only = Model(alpha=1.0, beta=0.0), Model(alpha=0.0, beta=1.0)
+    assert choose(1 << 20, 4, latency_only) == "recursive_doubling"  # fewest steps
+    assert choose(8, 4, bandwidth_only) in ("rabenseifner", "ring")  # fewest bytes
+    assert choose(8, 16, Model(alpha=1.0, beta=1e-3)) == "recursive_doubling"
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+def test_recursive_doubling_with_its_check_in_band_gives_the_same_bits(p):
+    """The api carries the call's check in recursive doubling's own messages
+    (validation.agree_in_band); its result must equal the plain algorithm's, bit for bit."""
+    from allreduce.algorithms.recursive_doubling import recursive_doubling
+    from allreduce.ops import OPS
+
+    rng = np.random.default_rng(p)
+    inputs = [rng.standard_normal(37).astype(np.float32) for _ in range(p)]
+
+    def body(comm):
+        assert comm.receives_any_length
+        checked = allreduce.allreduce(inputs[comm.rank], comm, algorithm="recursive_doubling")
+        plain = inputs[comm.rank].copy()
+        recursive_doubling(plain, comm, OPS["sum"])
+        return checked, plain
+
+    for checked, plain in run_threads(p, body):
+        assert checked.tobytes() == plain.tobytes()
+
+

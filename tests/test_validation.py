@@ -16,6 +16,18 @@ from allreduce.transports.threads import run_threads
 P = 4
 
 
+@pytest.fixture(params=["in band", "all-gather"], autouse=True)
+def checking_path(request, monkeypatch):
+    """Run every case down both checking paths: the description carried in recursive
+    doubling's messages (the thread transport, like MPI, receives any length), and the
+    separate all-gather that transports without that ability use."""
+    if request.param == "all-gather":
+        from allreduce.transports.threads import ThreadCommunicator
+
+        monkeypatch.setattr(ThreadCommunicator, "receives_any_length", False)
+    return request.param
+
+
 def errors_on_every_rank(per_rank_call, p=P):
     """Run ``per_rank_call(comm)`` on p ranks; return the exception every rank raised."""
     outcomes = run_threads(p, per_rank_call, timeout=10, return_exceptions=True)
@@ -40,6 +52,19 @@ CASES = [
     ("a shorter buffer on one rank",
      one_rank_differs(2, lambda: np.ones(1000), lambda: np.ones(999), algorithm="ring"),
      ValueError, r"disagree on the element count: 1000 on ranks 0, 1, 3, 999 on rank 2"),
+    ("a longer buffer on one rank, recursive doubling",
+     one_rank_differs(0, lambda: np.ones(1000), lambda: np.ones(1001),
+                      algorithm="recursive_doubling"),
+     ValueError, r"disagree on the element count: 1001 on rank 0, 1000 on ranks 1, 2, 3"),
+    ("a shorter buffer on one rank, auto",
+     one_rank_differs(1, lambda: np.ones(100), lambda: np.ones(3)),
+     ValueError, r"disagree on the element count: 100 on ranks 0, 2, 3, 3 on rank 1"),
+    ("an empty buffer on one rank",
+     one_rank_differs(3, lambda: np.ones(100), lambda: np.ones(0)),
+     ValueError, r"disagree on the element count: 100 on ranks 0, 1, 2, 0 on rank 3"),
+    ("same bytes, different dtype",
+     one_rank_differs(2, lambda: np.ones(8, np.float64), lambda: np.ones(8, np.int64)),
+     ValueError, r"disagree on the dtype: float64 on ranks 0, 1, 3, int64 on rank 2"),
     ("a different shape, same count",
      one_rank_differs(1, lambda: np.ones((4, 6)), lambda: np.ones((6, 4))),
      ValueError, r"disagree on the shape: \(4, 6\) on ranks 0, 2, 3, \(6, 4\) on rank 1"),
@@ -107,15 +132,17 @@ def test_bad_input_raises_the_same_error_on_every_rank(what, call, error, patter
     assert re.search(pattern, str(raised)), str(raised)
 
 
-def test_the_ranks_recover_after_an_error():
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling"])
+@pytest.mark.parametrize("p", [3, 4, 5])
+def test_the_ranks_recover_after_an_error(algorithm, p):
     """An error leaves no message in flight: the next call on the same ranks works."""
     def body(comm):
         with pytest.raises(ValueError):
-            allreduce.allreduce(np.ones(10 + (comm.rank == 0)), comm, algorithm="ring")
-        return allreduce.allreduce(np.ones(10), comm, algorithm="ring")
+            allreduce.allreduce(np.ones(10 + (comm.rank == 0)), comm, algorithm=algorithm)
+        return allreduce.allreduce(np.full(10, comm.rank + 1.0), comm, algorithm=algorithm)
 
-    for result in run_threads(P, body, timeout=10):
-        assert (result == P).all()
+    for result in run_threads(p, body, timeout=10):
+        assert (result == p * (p + 1) / 2).all()
 
 
 def test_a_communicator_of_the_wrong_kind():

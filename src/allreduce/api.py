@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import arrays
-from .algorithms import REGISTRY, SHARDED
+from .algorithms import READS_SOURCE, REGISTRY, SHARDED
+from .algorithms.auto import choose
 from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 from .comm import Communicator, as_communicator
 from .ops import OPS, finish
-from .validation import agree, describe
+from .validation import IN_BAND_LIMIT, agree, agree_in_band, describe
 
 #: Every algorithm name :func:`allreduce` accepts, in the order the book teaches them.
 ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)
@@ -21,6 +22,7 @@ def _checked(x, comm, op, algorithm, out=None, servers=None) -> Communicator:
     """Wrap ``comm`` and check the call on every rank (see :mod:`allreduce.validation`)."""
     communicator = as_communicator(comm)
     call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED)
+    call.resolved = algorithm
     agree(communicator, call, ALGORITHMS)
     return communicator
 
@@ -62,19 +64,43 @@ def allreduce(
     chapter "The allreduce library").  A ``comm`` of the wrong kind raises ``TypeError`` at
     once: there is no communicator to agree over.
     """
-    communicator = _checked(x, comm, op, algorithm, out, servers)
-    result = arrays.new_like(x) if out is None else out
-    # the algorithms reduce a flat contiguous buffer in place: the result's own memory when
-    # it is contiguous, otherwise a staging copy that is written back at the end
-    staging = result if arrays.is_contiguous(result) else arrays.new_like(x)
-    if staging is not x:
-        arrays.copy_into(staging, x)
-    buffer = communicator.native(arrays.flat_view(staging))
-    reduce_op = OPS[op]
-    if arrays.count(buffer):
+    communicator = as_communicator(comm)
+    call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED)
+    in_band = communicator.receives_any_length
+    carried = source = result = staging = buffer = reduce_op = None
+    if call.problem is None:
+        # auto chooses now, before the check, so that ranks which would choose differently
+        # raise together (the choice is part of what they check) instead of hanging
+        call.resolved = choose(arrays.nbytes(x), communicator.size) if algorithm == "auto" \
+            else algorithm
+        reduce_op = OPS[op]
+        result = arrays.new_like(x) if out is None else out
+        # the algorithms reduce a flat contiguous buffer in place: the result's own memory
+        # when it is contiguous, otherwise a staging copy that is written back at the end
+        staging = result if arrays.is_contiguous(result) else arrays.new_like(x)
+        buffer = communicator.native(arrays.flat_view(staging))
+        if in_band and call.resolved == "recursive_doubling" and \
+                arrays.nbytes(x) <= IN_BAND_LIMIT:
+            carried = arrays.host_view(communicator.native(x))
+        if carried is None:
+            if staging is not x and call.resolved in READS_SOURCE and arrays.is_contiguous(x):
+                source = communicator.native(arrays.flat_view(x))  # read in place, no copy
+            elif staging is not x:
+                arrays.copy_into(staging, x)
+        else:
+            carried = carried.reshape(-1)  # x's memory, or a flat copy if x is strided
+    if in_band:
+        # the check travels with recursive doubling's data; other algorithms run after it
+        agree_in_band(communicator, call, ALGORITHMS, carried, reduce_op,
+                      out=None if carried is None else arrays.host_view(buffer))
+    else:
+        agree(communicator, call, ALGORITHMS)
+    if carried is None and arrays.count(buffer):
         options = {} if servers is None else {"servers": servers}
-        REGISTRY[algorithm](buffer, communicator, reduce_op, **options)
-        finish(reduce_op, buffer, communicator.size)
+        if source is not None:
+            options["source"] = source
+        REGISTRY[call.resolved](buffer, communicator, reduce_op, **options)
+    finish(reduce_op, buffer, communicator.size)
     if staging is not result:
         arrays.copy_into(result, staging)
     return result

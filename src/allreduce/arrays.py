@@ -56,6 +56,14 @@ def flat_view(x):
     return x.reshape(-1) if isinstance(x, np.ndarray) else x.detach().view(-1)
 
 
+def host_view(x):
+    """A numpy array sharing the memory of ``x`` (a numpy array or a CPU tensor), or
+    ``None`` for a tensor on a GPU."""
+    if isinstance(x, np.ndarray):
+        return x
+    return None if x.is_cuda else x.detach().numpy()
+
+
 def new_like(x):
     """A new contiguous array or tensor of ``x``'s shape, dtype (and device)."""
     if isinstance(x, np.ndarray):

@@ -68,15 +68,34 @@ class Communicator(ABC):
         send = self.isend(sendbuf, dest, tag)
         self.waitall([receive, send])
 
+    #: True when :meth:`recv_any` works on this transport, so that a call's check can travel
+    #: in the same messages as its data (see :func:`allreduce.validation.agree_in_band`).
+    receives_any_length = False
+
+    def recv_any(self, buf, source: int, tag: int = 0) -> bool:
+        """Receive a message of *any* length from ``source`` into ``buf``: a shorter one fills
+        a prefix, a longer one is cut to fit.  Returns True when it filled ``buf`` exactly.
+        Only transports that set :attr:`receives_any_length` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot receive messages of unknown length")
+
+    def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
+        """:meth:`sendrecv` whose incoming message may be of any length, as in :meth:`recv_any`."""
+        send = self.isend(sendbuf, dest, tag)
+        exact = self.recv_any(recvbuf, source, tag)
+        self.wait(send)
+        return exact
+
     @abstractmethod
     def barrier(self) -> None:
         """Return once every rank has called it."""
 
     # -- local work ---------------------------------------------------------------------
-    def reduce_local(self, op: _ops.Op, inout, incoming, *, incoming_first: bool = False) -> None:
-        """``inout = inout (op) incoming`` in place.  It goes through the communicator so
-        that a trace can count the elements reduced (the γ term of the cost model)."""
-        _ops.combine(op, inout, incoming, incoming_first=incoming_first)
+    def reduce_local(self, op: _ops.Op, inout, incoming, *, incoming_first: bool = False,
+                     source=None) -> None:
+        """``inout = inout (op) incoming`` in place, or ``source (op) incoming`` when
+        ``source`` is given.  It goes through the communicator so that a trace can count
+        the elements reduced (the γ term of the cost model)."""
+        _ops.combine(op, inout, incoming, incoming_first=incoming_first, source=source)
 
     def empty(self, count: int, like):
         """A new contiguous 1-D buffer of ``count`` elements, of ``like``'s dtype and device."""
@@ -107,6 +126,9 @@ class Communicator(ABC):
         """Gather one picklable object from every rank (used on error paths only)."""
 
 
+_TRANSPORTS: dict[type, type[Communicator]] = {}  # comm's type → the transport that wraps it
+
+
 def as_communicator(comm: Any) -> Communicator:
     """Wrap ``comm`` in the matching transport.
 
@@ -116,10 +138,14 @@ def as_communicator(comm: Any) -> Communicator:
     """
     if isinstance(comm, Communicator):
         return comm
+    transport = _TRANSPORTS.get(type(comm))
+    if transport is not None:
+        return transport(comm)
     module = type(comm).__module__
     if module.startswith("mpi4py") and "mpi4py.MPI" in sys.modules:
         from .transports.mpi import MPICommunicator
 
+        _TRANSPORTS[type(comm)] = MPICommunicator  # later calls skip the import machinery
         return MPICommunicator(comm)
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist
@@ -127,6 +153,7 @@ def as_communicator(comm: Any) -> Communicator:
         if isinstance(comm, dist.ProcessGroup):
             from .transports.torchdist import TorchCommunicator
 
+            _TRANSPORTS[type(comm)] = TorchCommunicator
             return TorchCommunicator(comm)
     raise TypeError(
         "comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), a torch.distributed "

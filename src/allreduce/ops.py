@@ -65,18 +65,20 @@ def _function(op: Op, array):
     return getattr(torch, op.combine)
 
 
-def combine(op: Op, inout, incoming, *, incoming_first: bool = False) -> None:
-    """``inout = inout (op) incoming`` in place, with no allocation.
+def combine(op: Op, inout, incoming, *, incoming_first: bool = False, source=None) -> None:
+    """``inout = inout (op) incoming`` in place, with no allocation; with ``source``,
+    ``inout = source (op) incoming``, which saves copying ``source`` into ``inout`` first.
 
     ``incoming_first`` computes ``incoming (op) inout`` instead.  The operators here are
     commutative, so both give the same bits; the flag lets an algorithm combine partial
     results in rank order, which is what an MPI library promises for non-commutative ops.
     """
     function = _function(op, inout)
+    mine = inout if source is None else source
     if incoming_first:
-        function(incoming, inout, out=inout)
+        function(incoming, mine, out=inout)
     else:
-        function(inout, incoming, out=inout)
+        function(mine, incoming, out=inout)
 
 
 def finish(op: Op, buffer, size: int) -> None:

@@ -100,8 +100,9 @@ class TracingCommunicator(Communicator):
     def barrier(self) -> None:
         self.inner.barrier()
 
-    def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False) -> None:
-        self.inner.reduce_local(op, inout, incoming, incoming_first=incoming_first)
+    def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False,
+                     source=None) -> None:
+        self.inner.reduce_local(op, inout, incoming, incoming_first=incoming_first, source=source)
         self.events.append(Event("reduce", self.rank, count=arrays.count(inout),
                                  offset=self._offset(inout), id=len(self.events),
                                  snapshot=self._copy()))

@@ -1,25 +1,40 @@
-"""Checking a call on every rank before any data moves.
+"""Checking a call on every rank, so that a bad call raises everywhere instead of hanging.
 
 A collective deadlocks when one rank fails and the others wait for it.  So a rank that finds
 a problem with its own arguments does not raise at once: every rank first describes its call
-in a few integers (:class:`CallDescription`), the ranks exchange these in one small
-all-gather, and then *every* rank raises the same exception if any rank had a problem or the
-ranks disagree on the count, shape, dtype, op, algorithm or number of servers.  Only on that
-error path is a second, pickled gather made, so that the message can name each rank's
-values.
+in a few integers (:class:`CallDescription`), the ranks combine these, and then *every* rank
+raises the same exception if any rank had a problem or the ranks disagree on the count,
+shape, dtype, op, algorithm (the one asked for and the one ``auto`` resolved to) or number
+of servers.  Only on that error path is a pickled gather made, so that the message can name
+each rank's values.
+
+The descriptions are combined in one of two ways (chapter "Choosing an algorithm"):
+
+* :func:`agree`: a small all-gather before any data moves.  Any transport can do it, but it
+  is a collective of its own on every call, and for a 1 KiB message it costs about as much
+  as MPI's whole allreduce.
+* :func:`agree_in_band`: the description rides at the front of recursive doubling's
+  messages, as a header reduced by element-wise minimum alongside the data.  A header
+  ``[s, −s]`` reduces to ``[min s, −max s]``: every rank learns, after the same ⌈lg p⌉
+  exchanges that reduce the data, whether all ranks agreed.  Messages of a wrong length
+  cannot overflow a buffer: the transport cuts them (:meth:`Communicator.recv_any`) and the
+  header, which every message starts with, shows the disagreement.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import arrays
+from .algorithms._schedule import PowerOfTwoFold
 from .comm import Communicator
-from .ops import DTYPES, OP_NAMES, check_op_for_dtype
+from .ops import DTYPES, OP_NAMES, Op, check_op_for_dtype
+from .ops import combine as combine_arrays
 
 _ERROR_TYPES = {1: TypeError, 2: ValueError}
 
@@ -33,24 +48,20 @@ class CallDescription:
     op: str | None = None
     algorithm: str | None = None
     servers: int | None = None
+    resolved: str | None = None
     problem: Exception | None = field(default=None, repr=False)
 
     def signature(self, algorithms: tuple[str, ...]) -> np.ndarray:
         """The description as int64s.  Equal calls give equal rows on every rank (a
-        tuple of ints hashes the same way in every process)."""
-        shape = self.shape if self.shape is not None else ()
-        return np.array(
-            [
-                _problem_code(self.problem),
-                math.prod(shape) if self.shape is not None else -1,
-                hash(shape),
-                _index(DTYPES, self.dtype),
-                _index(OP_NAMES, self.op),
-                _index(algorithms, self.algorithm),
-                -1 if self.servers is None else self.servers,
-            ],
-            dtype=np.int64,
-        )
+        tuple of ints hashes the same way in every process).  Read-only and cached."""
+        return _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
+                          self.algorithm, self.servers, self.resolved, algorithms)[0]
+
+    def header(self, algorithms: tuple[str, ...]) -> tuple[np.ndarray, bytes]:
+        """The signature ``s`` as the header ``[s, −s]`` that :func:`agree_in_band` reduces
+        by element-wise minimum, and the header's bytes.  Read-only and cached."""
+        return _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
+                          self.algorithm, self.servers, self.resolved, algorithms)[1:]
 
     def fields(self) -> dict[str, object]:
         return {
@@ -60,7 +71,29 @@ class CallDescription:
             "op": self.op,
             "algorithm": self.algorithm,
             "servers": self.servers,
+            "algorithm auto chose": self.resolved,
         }
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(problem, shape, dtype, op, algorithm, servers, resolved, algorithms):
+    known = shape if shape is not None else ()
+    signature = np.array(
+        [
+            problem,
+            math.prod(known) if shape is not None else -1,
+            hash(known),
+            _index(DTYPES, dtype),
+            _index(OP_NAMES, op),
+            _index(algorithms, algorithm),
+            -1 if servers is None else servers,
+            _index(algorithms, resolved),
+        ],
+        dtype=np.int64,
+    )
+    header = np.concatenate([signature, -signature])
+    signature.flags.writeable = header.flags.writeable = False
+    return signature, header, header.tobytes()
 
 
 def _problem_code(problem: Exception | None) -> int:
@@ -129,23 +162,114 @@ def _check_out(x, out) -> None:
 
 def agree(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...]) -> None:
     """Return on every rank if every rank's call is valid and they all match; otherwise
-    raise the same exception on every rank."""
+    raise the same exception on every rank.  One all-gather of the descriptions."""
     table = comm.allgather_ints(call.signature(algorithms))
-    problems = table[:, 0]
-    if not problems.any() and (table == table[0]).all():
+    if not table[:, 0].any() and (table == table[0]).all():
         return
-    # the error path: gather the full descriptions so the message can name every value
+    _raise_for(comm, call)
+
+
+#: Largest buffer :func:`agree_in_band` carries with its header; beyond it the data is
+#: copied into and out of the packet for too little gain, and the header travels alone.
+IN_BAND_LIMIT = 1 << 20
+
+
+def agree_in_band(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...],
+                  buf=None, op: Op | None = None, *, out=None) -> None:
+    """:func:`agree`, by recursive doubling of the description over point-to-point messages,
+    reducing the numpy array ``buf`` with ``op`` into ``out`` (default: ``buf`` itself) on
+    the way when it is given.
+
+    The result has the same bits as
+    :func:`~allreduce.algorithms.recursive_doubling.recursive_doubling` gives.  Ranks may
+    pass ``buf`` or ``None`` independently; a rank whose partner's header differs from its
+    own stops reducing data, and every rank raises at the end.  Needs a transport with
+    :attr:`~allreduce.comm.Communicator.receives_any_length`.
+    """
+    header, agreed = call.header(algorithms)
+    mine, theirs, head, their_head, data, their_data = _packets(
+        len(agreed), None if buf is None else buf.dtype, 0 if buf is None else buf.size)
+    head[:] = header
+    if buf is not None:
+        data[:] = buf
+    in_step = buf is not None  # false once a partner's header differs: data is then garbage
+
+    def combine(exact: bool, incoming_first: bool) -> None:
+        nonlocal in_step
+        if in_step and exact and their_head.tobytes() == agreed:
+            combine_arrays(op, data, their_data, incoming_first=incoming_first)
+        else:
+            in_step = False
+            np.minimum(head, their_head, out=head)
+
+    rank, size = comm.rank, comm.size
+    if size & (size - 1) == 0:  # a power of two: no fold
+        mask = 1
+        while mask < size:
+            partner = rank ^ mask
+            combine(comm.sendrecv_any(mine, partner, theirs, partner), partner < rank)
+            mask <<= 1
+    else:
+        fold = PowerOfTwoFold(comm)
+        me, sits_out = fold.virtual_rank, rank < 2 * fold.extra
+        if sits_out and rank % 2 == 0:
+            comm.send(mine, rank + 1)  # hand over, then take the finished packet back;
+            comm.recv_any(mine, rank + 1)  # its header says whether its data can be used
+        else:
+            if sits_out:
+                combine(comm.recv_any(theirs, rank - 1), True)
+            mask = 1
+            while mask < fold.participants:
+                partner = fold.real_rank(me ^ mask)
+                combine(comm.sendrecv_any(mine, partner, theirs, partner), (me ^ mask) < me)
+                mask <<= 1
+            if sits_out:
+                comm.send(mine, rank - 1)
+    # [min s, −max s] equals this rank's own [s, −s] only if every rank's s equals s
+    if call.problem is None and head.tobytes() == agreed:
+        if buf is not None:
+            (buf if out is None else out)[:] = data
+        return
+    _raise_for(comm, call)
+
+
+_scratch = threading.local()  # each thread rank of the thread transport has its own packets
+
+
+def _packets(head_bytes: int, dtype, count: int):
+    """Buffers for :func:`agree_in_band`, reused from call to call (one allocation per
+    size, not per call): the packet sent and the one received, each ``[header | data]``,
+    and views on their parts."""
+    cache = _scratch.__dict__
+    key = (head_bytes, dtype, count)
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= 16:
+            cache.clear()
+        length = head_bytes + (0 if dtype is None else count * np.dtype(dtype).itemsize)
+        both = np.empty(2 * length, dtype=np.uint8)
+        mine, theirs = both[:length], both[length:]
+        views = [part[:head_bytes].view(np.int64) for part in (mine, theirs)]
+        views += [None, None] if dtype is None else \
+            [part[head_bytes:].view(dtype) for part in (mine, theirs)]
+        found = cache[key] = (mine, theirs, *views)
+    return found
+
+
+def _raise_for(comm: Communicator, call: CallDescription) -> None:
+    """The error path, on every rank: gather the full descriptions so that the message can
+    name every rank's values, and raise."""
     problem = None if call.problem is None else f"{type(call.problem).__name__}: {call.problem}"
-    everyone = comm.allgather_object((call.fields(), problem))
-    failing = [rank for rank, (_, problem) in enumerate(everyone) if problem]
+    everyone = comm.allgather_object((call.fields(), problem, _problem_code(call.problem)))
+    failing = [rank for rank, (_, problem, _) in enumerate(everyone) if problem]
     if failing:
         details = "; ".join(f"rank {rank}: {everyone[rank][1]}" for rank in failing)
-        raise _ERROR_TYPES[int(problems[failing[0]])](
+        raise _ERROR_TYPES[everyone[failing[0]][2]](
             f"allreduce: invalid call on {_ranks(failing)} ({details})"
         )
     for name in call.fields():
         groups: dict[str, list[int]] = {}
-        for rank, (fields, _) in enumerate(everyone):
+        for rank, (fields, _, _) in enumerate(everyone):
             groups.setdefault(_show(fields[name]), []).append(rank)
         if len(groups) > 1:
             listing = ", ".join(f"{value} on {_ranks(ranks)}" for value, ranks in groups.items())

@@ -27,5 +27,9 @@ REGISTRY = {
     "auto": auto,
 }
 
+#: Algorithms that can read their input from a separate array (``source=``), which saves
+#: the library copying the input into the result before they start.
+READS_SOURCE = frozenset({"ring", "rabenseifner"})
+
 #: Algorithms that take the ``servers`` option.
 SHARDED = frozenset({"parameter_server", "sharded_parameter_server"})

@@ -1,33 +1,71 @@
-"""``auto``: pick an algorithm from the message size and the number of ranks.
+"""``auto``: pick the algorithm the fitted cost model predicts to be fastest.
 
-The crossover it uses is the subject of the chapter "Tree allreduce".  Below it, latency
-dominates and recursive doubling's ⌈lg p⌉ steps win; above it, bandwidth dominates and the
-ring, which meets the bandwidth lower bound, wins.  Every rank makes the same choice,
-because the choice depends only on metadata that the ranks have already agreed on.
+Taught in the chapter "Choosing an algorithm".  For ``n`` bytes on ``p`` ranks, :func:`choose`
+evaluates the α-β-γ time (:mod:`allreduce.cost`) of each candidate and takes the smallest.
+The model is the one this machine's benchmark saved (``allreduce-bench --save-model``, kept
+at :func:`allreduce.cost.model_path`) or, until there is one, :data:`DEFAULT_MODEL`.
+
+The choice is made before the call is checked, and the chosen name is part of what the ranks
+check (:mod:`allreduce.validation`): ranks that would choose differently, because their
+sizes or their saved models differ, raise instead of running different algorithms.
 """
 
 from __future__ import annotations
 
+
 from ..arrays import nbytes
 from ..comm import Communicator
+from ..cost import Model, load
 from ..ops import Op
+from .rabenseifner import rabenseifner
 from .recursive_doubling import recursive_doubling
 from .ring import ring
 
-#: Messages up to this many bytes use recursive doubling, larger ones the ring.
-SMALL_MESSAGE_BYTES = 16 * 1024
+#: The algorithms ``auto`` chooses among: the fewest steps (recursive doubling), and the
+#: two that meet the bandwidth lower bound, with lg p steps (Rabenseifner) or 2(p−1) (ring).
+CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabenseifner,
+              "ring": ring}
+
+#: The model ``auto`` uses before a benchmark has saved one: fitted by ``allreduce-bench``
+#: to every algorithm row of a 1 KiB–64 MiB run on 4 MPI ranks of the course's 2-core
+#: reference machine (α per step includes the Python cost of a step).
+DEFAULT_MODEL = Model(alpha=60e-6, beta=0.9e-9, gamma=0.25e-9)
+
+_model: Model | None = None
+_chosen: dict[tuple[int, int], str] = {}  # choose()'s answers under model()
 
 
-def choose(nbytes: int, size: int) -> str:
-    """The name of the algorithm ``auto`` runs for ``nbytes`` bytes on ``size`` ranks."""
-    if size <= 2 or nbytes <= SMALL_MESSAGE_BYTES:
-        return "recursive_doubling"  # with two ranks both do one exchange; doubling is simpler
-    return "ring"
+def model() -> Model:
+    """The model :func:`choose` uses: the saved one, read once per process, or the default."""
+    global _model
+    if _model is None:
+        _model = load() or DEFAULT_MODEL
+        _chosen.clear()
+    return _model
 
 
-_CANDIDATES = {"recursive_doubling": recursive_doubling, "ring": ring}
+def use_model(new: Model | None) -> None:
+    """Make :func:`choose` use ``new`` in this process (``None``: read the saved one again).
+    Every rank must use the same model, or their choices can differ and the call raises."""
+    global _model
+    _model = new
+    _chosen.clear()
+
+
+def choose(nbytes: int, size: int, using: Model | None = None) -> str:
+    """The name of the algorithm ``auto`` runs for ``nbytes`` bytes on ``size`` ranks: the
+    candidate with the smallest predicted time (ties go to the one listed first)."""
+    if using is not None:
+        return min(CANDIDATES, key=lambda name: using.time(name, size, nbytes))
+    key = (nbytes, size)
+    chosen = _chosen.get(key)  # a training loop asks about the same few sizes every step
+    if chosen is None:
+        if len(_chosen) > 4096:
+            _chosen.clear()
+        chosen = _chosen[key] = choose(nbytes, size, model())
+    return chosen
 
 
 def auto(buf, comm: Communicator, op: Op) -> None:
     """Allreduce in place with the algorithm :func:`choose` picks."""
-    _CANDIDATES[choose(nbytes(buf), comm.size)](buf, comm, op)
+    CANDIDATES[choose(nbytes(buf), comm.size)](buf, comm, op)

@@ -17,15 +17,22 @@ from ..ops import Op
 from ._schedule import PowerOfTwoFold, span_bounds
 
 
-def rabenseifner(buf, comm: Communicator, op: Op) -> None:
-    """Rabenseifner allreduce in place."""
+def rabenseifner(buf, comm: Communicator, op: Op, *, source=None) -> None:
+    """Rabenseifner allreduce in place (of ``source`` into ``buf`` when ``source`` is given:
+    the first halving round reads the input from ``source``, as the ring's reduce-scatter
+    does, which saves copying it into ``buf`` first)."""
+    fold = PowerOfTwoFold(comm)
+    if source is not None and (fold.extra or comm.size == 1):
+        comm.copy(buf, source)  # the fold reduces whole buffers in place
+        source = None
     if comm.size == 1:
         return
     n = len(buf)
-    scratch = comm.empty(n, like=buf)
-    fold = PowerOfTwoFold(comm)
-    fold.fold(buf, op, scratch)
     me, parts = fold.virtual_rank, fold.participants
+    # a fold receives a whole buffer; a halving round at most the first half (the largest)
+    scratch = comm.empty(n if fold.extra else span_bounds(n, parts, 0, parts // 2)[1], like=buf)
+    fold.fold(buf, op, scratch)
+    mine = buf if source is None else source
     if me is not None:
         first, last = 0, parts  # the chunks this rank is responsible for
         mask = parts >> 1
@@ -38,9 +45,11 @@ def rabenseifner(buf, comm: Communicator, op: Op) -> None:
             give_lo, give_hi = span_bounds(n, parts, *give)
             received = scratch[: keep_hi - keep_lo]
             peer = fold.real_rank(partner)
-            comm.sendrecv(buf[give_lo:give_hi], peer, received, peer)
-            comm.reduce_local(op, buf[keep_lo:keep_hi], received, incoming_first=partner < me)
+            comm.sendrecv(mine[give_lo:give_hi], peer, received, peer)
+            comm.reduce_local(op, buf[keep_lo:keep_hi], received, incoming_first=partner < me,
+                              source=mine[keep_lo:keep_hi])
             first, last = keep
+            mine = buf  # from the second round on, this rank's data is in buf
             mask >>= 1
         mask = 1
         while mask < parts:  # all-gather by recursive doubling

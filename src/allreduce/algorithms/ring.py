@@ -17,19 +17,29 @@ from ..ops import Op
 from ._schedule import chunk_bounds, left, right
 
 
-def reduce_scatter(buf, comm: Communicator, op: Op) -> tuple[int, int]:
+def reduce_scatter(buf, comm: Communicator, op: Op, *, source=None) -> tuple[int, int]:
     """Ring reduce-scatter in place: afterwards ``buf[lo:hi]`` on rank ``r`` holds chunk
     ``r`` reduced over all ranks, and ``(lo, hi)`` is returned.  Other chunks hold partial
-    results."""
+    results.
+
+    With ``source``, the input is read from ``source`` instead of ``buf``: each chunk this
+    rank reduces is touched once, so ``source (op) incoming`` can be written straight into
+    ``buf``, and the first chunk sent is still the input.  That saves copying the input
+    into ``buf`` (a pass over n bytes) before starting.  ``buf``'s chunk ``r − 1`` is then
+    left unwritten, for the all-gather to fill."""
     p, rank, n = comm.size, comm.rank, len(buf)
+    mine = buf if source is None else source
     if p > 1:
         incoming = comm.empty(-(-n // p), like=buf)  # the largest chunk, allocated once
         for step in range(p - 1):
             send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % p)
             recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % p)
             received = incoming[: recv_hi - recv_lo]
-            comm.sendrecv(buf[send_lo:send_hi], right(comm), received, left(comm))
-            comm.reduce_local(op, buf[recv_lo:recv_hi], received)
+            sent = (mine if step == 0 else buf)[send_lo:send_hi]
+            comm.sendrecv(sent, right(comm), received, left(comm))
+            comm.reduce_local(op, buf[recv_lo:recv_hi], received, source=mine[recv_lo:recv_hi])
+    elif source is not None:
+        comm.copy(buf, source)
     return chunk_bounds(n, p, rank)
 
 
@@ -42,7 +52,8 @@ def allgather(buf, comm: Communicator) -> None:
         comm.sendrecv(buf[send_lo:send_hi], right(comm), buf[recv_lo:recv_hi], left(comm))
 
 
-def ring(buf, comm: Communicator, op: Op) -> None:
-    """Ring allreduce in place: :func:`reduce_scatter`, then :func:`allgather`."""
-    reduce_scatter(buf, comm, op)
+def ring(buf, comm: Communicator, op: Op, *, source=None) -> None:
+    """Ring allreduce in place (of ``source`` into ``buf`` when ``source`` is given):
+    :func:`reduce_scatter`, then :func:`allgather`."""
+    reduce_scatter(buf, comm, op, source=source)
     allgather(buf, comm)

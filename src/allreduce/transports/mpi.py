@@ -51,6 +51,29 @@ class MPICommunicator(Communicator):
     def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> None:
         self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, tag, [recvbuf, MPI.BYTE], source, tag)
 
+    receives_any_length = True
+
+    def recv_any(self, buf, source: int, tag: int = 0) -> bool:
+        status = MPI.Status()
+        try:
+            self.comm.Recv([buf, MPI.BYTE], source, tag, status)
+        except MPI.Exception as error:  # a longer message: MPI delivers what fits, then says so
+            if error.Get_error_class() != MPI.ERR_TRUNCATE:
+                raise
+            return False
+        return status.Get_count(MPI.BYTE) == buf.nbytes
+
+    def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
+        status = MPI.Status()
+        try:
+            self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, tag, [recvbuf, MPI.BYTE], source, tag,
+                               status)
+        except MPI.Exception as error:
+            if error.Get_error_class() != MPI.ERR_TRUNCATE:
+                raise
+            return False
+        return status.Get_count(MPI.BYTE) == recvbuf.nbytes
+
     def barrier(self) -> None:
         self.comm.Barrier()
 

@@ -119,8 +119,27 @@ class ThreadCommunicator(Communicator):
             if request is not None:
                 self._complete(request)
 
+    receives_any_length = True
+
+    def recv_any(self, buf, source: int, tag: int = 0) -> bool:
+        self._check_peer(source)
+        data = self._take(source, tag)
+        fits = min(len(data), len(buf))
+        self.copy(buf[:fits], data[:fits])
+        return len(data) == len(buf)
+
     def _complete(self, request: _Receive) -> None:
-        box = self.world.mailbox(request.source, self.rank, request.tag)
+        data = self._take(request.source, request.tag)
+        if data.shape != request.buf.shape:
+            raise RuntimeError(
+                f"rank {self.rank}: message from rank {request.source} has {data.shape[0]} "
+                f"elements, the receive expected {request.buf.shape[0]}"
+            )
+        self.copy(request.buf, data)
+
+    def _take(self, source: int, tag: int):
+        """The next message from ``source`` with ``tag``, waiting for it."""
+        box = self.world.mailbox(source, self.rank, tag)
         deadline = time.monotonic() + self.world.timeout
         while True:
             if self.world.failed.is_set():
@@ -131,15 +150,10 @@ class ThreadCommunicator(Communicator):
             except queue.Empty:
                 if time.monotonic() > deadline:
                     raise TimeoutError(
-                        f"rank {self.rank}: no message from rank {request.source} "
-                        f"(tag {request.tag}) after {self.world.timeout:.0f} s: a deadlock?"
+                        f"rank {self.rank}: no message from rank {source} "
+                        f"(tag {tag}) after {self.world.timeout:.0f} s: a deadlock?"
                     ) from None
-        if data.shape != request.buf.shape:
-            raise RuntimeError(
-                f"rank {self.rank}: message from rank {request.source} has {data.shape[0]} "
-                f"elements, the receive expected {request.buf.shape[0]}"
-            )
-        self.copy(request.buf, data)
+        return data
 
     def barrier(self) -> None:
         self.world.barrier()
