@@ -48,12 +48,19 @@ def test_under_mpiexec_with_both_peers(venv_bin, tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 1000
 
 
-def test_under_torchrun(venv_bin, tmp_path):
+def test_under_torchrun(venv_bin, tmp_path, monkeypatch):
+    """Also --save-model: the fitted model is kept where auto reads it."""
+    from allreduce import cost
+
+    monkeypatch.setenv("ALLREDUCE_MODEL", str(tmp_path / "model.json"))
     run = run_launcher([venv_bin / "torchrun", "--standalone", "--nproc-per-node", "2", "-m",
                         "allreduce.bench", *ARGS, "--csv", tmp_path / "r.csv",
-                        "--json", tmp_path / "r.json"], timeout=180)
+                        "--json", tmp_path / "r.json", "--save-model"], timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
     _check_output(run.stdout, ["torch_all_reduce"], tmp_path / "r.csv", tmp_path / "r.json")
+    assert f"# saved the model for auto to {tmp_path / 'model.json'}" in run.stdout
+    saved = cost.load(tmp_path / "model.json")
+    assert f"alpha = {saved.alpha * 1e6:.1f} us per step" in run.stdout
 
 
 def test_an_unknown_algorithm_is_refused_on_every_rank(venv_bin):

@@ -426,6 +426,7 @@ def _main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
+    from . import cost
     from .api import ALGORITHMS
 
     parser = argparse.ArgumentParser(
@@ -448,6 +449,9 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, help="write the rows as CSV")
     parser.add_argument("--json", type=Path, help="write the rows as JSON")
     parser.add_argument("--plot", type=Path, help="plot busbw against size (PNG)")
+    parser.add_argument("--save-model", action="store_true",
+                        help="keep the fitted model for auto (at $ALLREDUCE_MODEL or "
+                             "~/.cache/allreduce/model.json); every rank must see the same file")
     parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
     parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
@@ -492,6 +496,8 @@ def _main(argv: list[str] | None = None) -> int:
               f"error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
               f"{1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, 1/gamma = "
               f"{1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s")
+        if args.save_model:
+            print(f"# saved the model for auto to {cost.save(model)}")
     fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
               "peer_ratio", "predicted", "algbw", "busbw"]
     records = [{f: getattr(row, f) for f in fields} for row in rows]

@@ -383,3 +383,58 @@ def check_fit(function) -> None:
                                  "a different alpha)")
     print(f"fit: alpha = {got[0] * 1e6:.2f} us, 1/beta = {1 / got[1] / 1e9:.2f} GB/s, "
           "as allreduce.cost.fit finds")
+
+
+#: The machines the lab "Choosing an algorithm" checks its exercises on: this course's
+#: reference model, and the chapter's two simulated networks.
+def _check_models():
+    from . import cost
+    from .algorithms.auto import DEFAULT_MODEL
+
+    return {"the reference machine": DEFAULT_MODEL,
+            "100 Gb/s, alpha = 2 us": cost.Model(alpha=2e-6, beta=1 / 12.5e9, gamma=1 / 100e9),
+            "NVLink-class": cost.Model(alpha=1e-6, beta=1 / 150e9, gamma=1 / 1000e9)}
+
+
+def check_choice(function) -> None:
+    """Check cell for the exercise ``choose_algorithm(model, p, nbytes)`` (chapter
+    "Choosing an algorithm"): it must name a candidate of ``auto`` with the smallest
+    predicted time, on three machines, 2 to 4,096 ranks and 8 B to 1 GiB.  Runs here."""
+    from .algorithms.auto import CANDIDATES
+
+    cases = 0
+    for machine, model in _check_models().items():
+        for p in (2, 3, 4, 5, 8, 12, 64, 100, 1024, 4096):
+            for nbytes in (8 * 4**k for k in range(14)):
+                got = function(model, p, nbytes)
+                times = {name: model.time(name, p, nbytes) for name in CANDIDATES}
+                if got not in times:
+                    raise AssertionError(f"p = {p}, n = {nbytes} B: got {got!r}, expected one "
+                                         f"of {', '.join(CANDIDATES)}")
+                if times[got] > min(times.values()):
+                    best = min(times, key=times.get)
+                    raise AssertionError(
+                        f"{machine}, p = {p}, n = {nbytes} B: {got} is predicted to take "
+                        f"{times[got] * 1e6:.3g} us, but {best} takes {times[best] * 1e6:.3g} us")
+                cases += 1
+    print(f"choose_algorithm: the fastest candidate in all {cases} cases")
+
+
+def check_crossover(function) -> None:
+    """Check cell for the exercise ``doubling_crossover(model, p)``: the closed-form size
+    in bytes at which Rabenseifner overtakes recursive doubling on a power-of-two ``p``,
+    against :func:`allreduce.cost.crossover`'s bisection.  Runs here."""
+    from . import cost
+
+    for machine, model in _check_models().items():
+        for p in (2, 4, 8, 64, 1024, 4096):
+            want = cost.crossover(model, "recursive_doubling", "rabenseifner", p)
+            got = function(model, p)
+            if want is None or got is None:
+                if want is not got:
+                    raise AssertionError(f"{machine}, p = {p}: got {got!r}, expected {want!r}")
+                continue
+            if not np.isclose(got, want, rtol=1e-6):
+                raise AssertionError(f"{machine}, p = {p}: got {got:.6g} B, bisection of the "
+                                     f"model gives {want:.6g} B")
+    print("doubling_crossover: agrees with the model's bisection on 3 machines, p = 2 to 4,096")

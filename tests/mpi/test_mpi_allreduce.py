@@ -95,11 +95,15 @@ def test_torch_cpu_tensors_over_mpi(world):
                         and not result.requires_grad, f"got {result}")
 
 
-def test_a_shorter_buffer_fails_on_every_rank_within_seconds(world):
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "auto"])
+def test_a_shorter_buffer_fails_on_every_rank_within_seconds(world, algorithm):
+    """recursive_doubling and (at this size) auto carry the check in the data's messages:
+    the last rank's shorter message must not be mistaken for data, nor a longer one
+    overflow the partner's buffer (MPI truncates it, and the header shows why)."""
     count = 1000 - (world.rank == world.size - 1) if world.size > 1 else 1000
     start = time.monotonic()
     try:
-        allreduce.allreduce(np.ones(count), world, algorithm="ring")
+        allreduce.allreduce(np.ones(count), world, algorithm=algorithm)
         message = "no error"
     except ValueError as error:
         message = str(error)
@@ -112,6 +116,28 @@ def test_a_shorter_buffer_fails_on_every_rank_within_seconds(world):
                 if world.size > 2 else "disagree on the element count: 1000 on rank 0")
     assert_on_all_ranks(world, expected in message and len(set(messages)) == 1 and elapsed < 5,
                         f"{message!r} after {elapsed:.1f} s")
+
+
+def test_ranks_whose_models_choose_differently_raise_instead_of_hanging(world):
+    """auto resolves its choice before the check: a rank whose saved model differs (here,
+    one that only counts steps) picks another algorithm, and every rank says so."""
+    from allreduce.algorithms.auto import choose, use_model
+    from allreduce.cost import Model
+
+    use_model(Model(alpha=1.0, beta=0.0) if world.rank == 0 else Model(alpha=0.0, beta=1.0))
+    try:
+        allreduce.allreduce(np.ones(1 << 16, np.float32), world)
+        message = "no error"
+    except ValueError as error:
+        message = str(error)
+    finally:
+        use_model(None)
+    if world.size < 3:  # on one or two ranks both models rank recursive doubling first (ties)
+        assert_on_all_ranks(world, message == "no error", message)
+        return
+    others = choose(1 << 18, world.size, Model(alpha=0.0, beta=1.0))
+    expected = f"disagree on the algorithm auto chose: recursive_doubling on rank 0, {others} on"
+    assert_on_all_ranks(world, expected in message, message)
 
 
 def test_bad_input_on_one_rank_raises_everywhere(world):

@@ -26,10 +26,11 @@ from .ring import ring
 CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabenseifner,
               "ring": ring}
 
-#: The model ``auto`` uses before a benchmark has saved one: fitted by ``allreduce-bench``
-#: to every algorithm row of a 1 KiB–64 MiB run on 4 MPI ranks of the course's 2-core
-#: reference machine (α per step includes the Python cost of a step).
-DEFAULT_MODEL = Model(alpha=60e-6, beta=0.9e-9, gamma=0.25e-9)
+#: The model ``auto`` uses before a benchmark has saved one: what ``make bench`` (1 KiB to
+#: 64 MiB, 4 MPI ranks) fitted on the course's 2-core reference machine on 2026-11-22.
+#: α per step includes the Python cost of a step.  Save your own machine's with
+#: ``allreduce-bench --save-model``.
+DEFAULT_MODEL = Model(alpha=67.9e-6, beta=1 / 1.47e9, gamma=1 / 3.04e9)
 
 _model: Model | None = None
 _chosen: dict[tuple[int, int], str] = {}  # choose()'s answers under model()
