@@ -34,7 +34,8 @@ class Communicator(ABC):
     Buffers are the transport's native arrays (see :meth:`native`).  Sends and receives
     between a pair of ranks with the same tag are matched in the order they are posted,
     as in MPI.  Both sides of a transfer always agree on its length: the algorithms derive
-    every length from the element count, which is checked to agree before any data moves.
+    every length from the element count, which every rank checks.  The one exception is
+    :meth:`recv_any`, with which the check itself travels (:mod:`allreduce.validation`).
     """
 
     rank: int

@@ -196,6 +196,7 @@ def _checking_communicator(world, patience: float):
         # the non-blocking forms and waitall below, instead of MPI's blocking calls
         send, recv, sendrecv = Communicator.send, Communicator.recv, Communicator.sendrecv
         wait = Communicator.wait
+        receives_any_length = False  # checks by all-gather, not by MPI's blocking Sendrecv
 
         def waitall(self, requests):
             requests = list(requests)
