@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import allreduce
+from allreduce.algorithms import READS_SOURCE
 from allreduce.testing import exact_input, first_difference, gradient_input, reference
 from allreduce.transports.threads import run_threads
 
@@ -186,3 +187,28 @@ def test_recursive_doubling_with_its_check_in_band_gives_the_same_bits(p):
         assert checked.tobytes() == plain.tobytes()
 
 
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("name", sorted(READS_SOURCE))
+def test_reading_the_input_from_source_gives_the_same_bits(name, p):
+    """Algorithms in READS_SOURCE take their input from ``source=`` instead of copying it
+    into the result first; the result must equal the in-place run's, bit for bit, and the
+    input must be left alone."""
+    from allreduce.algorithms import REGISTRY
+    from allreduce.ops import OPS
+
+    rng = np.random.default_rng(p)
+    inputs = [rng.standard_normal(101).astype(np.float32) for _ in range(p)]
+
+    def body(comm):
+        source = inputs[comm.rank].copy()
+        out = np.full_like(source, np.nan)  # anything left unwritten would show
+        REGISTRY[name](out, comm, OPS["sum"], source=source)
+        in_place = inputs[comm.rank].copy()
+        REGISTRY[name](in_place, comm, OPS["sum"])
+        return out, in_place, source
+
+    for rank, (out, in_place, source) in enumerate(run_threads(p, body)):
+        assert out.tobytes() == in_place.tobytes()
+        assert source.tobytes() == inputs[rank].tobytes()

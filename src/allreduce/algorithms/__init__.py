@@ -29,7 +29,7 @@ REGISTRY = {
 
 #: Algorithms that can read their input from a separate array (``source=``), which saves
 #: the library copying the input into the result before they start.
-READS_SOURCE = frozenset({"ring", "rabenseifner"})
+READS_SOURCE = frozenset({"recursive_doubling", "ring", "rabenseifner"})
 
 #: Algorithms that take the ``servers`` option.
 SHARDED = frozenset({"parameter_server", "sharded_parameter_server"})

@@ -17,20 +17,27 @@ from ..ops import Op
 from ._schedule import PowerOfTwoFold
 
 
-def recursive_doubling(buf, comm: Communicator, op: Op) -> None:
-    """Recursive-doubling allreduce in place."""
+def recursive_doubling(buf, comm: Communicator, op: Op, *, source=None) -> None:
+    """Recursive-doubling allreduce in place (of ``source`` into ``buf`` when ``source`` is
+    given: the first round sends ``source`` and writes ``source ⊕ incoming`` into ``buf``,
+    which saves copying the input into ``buf`` first)."""
+    fold = PowerOfTwoFold(comm)
+    if source is not None and (fold.extra or comm.size == 1):
+        comm.copy(buf, source)  # the fold reduces whole buffers in place
+        source = None
     if comm.size == 1:
         return
     scratch = comm.empty(len(buf), like=buf)
-    fold = PowerOfTwoFold(comm)
     fold.fold(buf, op, scratch)
     me = fold.virtual_rank
+    mine = buf if source is None else source
     if me is not None:
         mask = 1
         while mask < fold.participants:
             partner = me ^ mask
-            comm.sendrecv(buf, fold.real_rank(partner), scratch, fold.real_rank(partner))
+            comm.sendrecv(mine, fold.real_rank(partner), scratch, fold.real_rank(partner))
             # both partners compute lower ⊕ upper, so every rank ends with the same bits
-            comm.reduce_local(op, buf, scratch, incoming_first=partner < me)
+            comm.reduce_local(op, buf, scratch, incoming_first=partner < me, source=mine)
+            mine = buf  # from the second round on, this rank's data is in buf
             mask <<= 1
     fold.unfold(buf)
