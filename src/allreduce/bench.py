@@ -220,6 +220,7 @@ class _World:
         import os
 
         self.torch = None
+        self.device = "cpu"
         if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun
             self._init_torch_only()
         else:
@@ -255,9 +256,19 @@ class _World:
         self.deferred_torch_peer = False
 
     def _init_torch_only(self) -> None:
+        """Under torchrun: NCCL on CUDA tensors when this machine has a GPU (one per
+        process, or several processes on one GPU where NCCL allows it), gloo otherwise."""
+        import os
+
+        import torch
         import torch.distributed as dist
 
-        dist.init_process_group("gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+            dist.init_process_group("nccl")
+            self.device = "cuda"
+        else:
+            dist.init_process_group("gloo")
         self.mpi = None
         self.torch = dist
         self.comm = dist.group.WORLD
@@ -271,12 +282,27 @@ class _World:
         else:
             self.torch.barrier()
 
+    def synchronize(self) -> None:
+        """Wait for the GPU: NCCL calls return before the data has moved."""
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def describe(self) -> str:
+        if self.device != "cuda":
+            return "CPU"
+        import torch
+
+        return (f"{torch.cuda.get_device_name()} ({torch.cuda.device_count()} visible), NCCL "
+                f"{'.'.join(map(str, torch.cuda.nccl.version()))}")
+
     def reduce_scalar(self, value: float, op: str) -> float:
         if self.mpi:
             return self.comm.allreduce(value, op=self.mpi.MAX if op == "max" else self.mpi.SUM)
         import torch
 
-        t = torch.tensor([value], dtype=torch.float64)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
         self.torch.all_reduce(t, op=self.torch.ReduceOp.MAX if op == "max" else self.torch.ReduceOp.SUM)
         return float(t[0])
 
@@ -291,8 +317,12 @@ def _torch_all_reduce(x, out, op: str) -> None:
 
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
            "prod": dist.ReduceOp.PRODUCT}
-    out[...] = x
-    dist.all_reduce(torch.from_numpy(out), op=ops[op])
+    if isinstance(out, np.ndarray):
+        out[...] = x
+        out = torch.from_numpy(out)
+    else:  # a CUDA tensor (NCCL)
+        out.copy_(x)
+    dist.all_reduce(out, op=ops[op])
 
 
 def _free_port() -> int:
@@ -315,6 +345,7 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
     :meth:`_World.enable_torch_peer`)."""
     import allreduce
 
+    from . import arrays
     from .testing import exact_input
 
     itemsize = np.dtype(dtype).itemsize
@@ -327,20 +358,26 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
         reference(x, expected, "sum" if op == "mean" else op)
         if op == "mean":  # the peers have no mean: their sum, divided as the library does
             expected = (expected / world.size).astype(dtype)
+        if world.device == "cuda":  # the data stays on the GPU: nothing crosses to the host
+            import torch
+
+            x, expected = torch.from_numpy(x).cuda(), torch.from_numpy(expected).cuda()
         inputs[nbytes] = x, expected
 
     def measure(name: str, nbytes: int) -> Row:
         x, expected = inputs[nbytes]
-        out = np.empty_like(x)
+        out = x.clone() if world.device == "cuda" else np.empty_like(x)
         if name in world.peers:
             def call():
                 world.peers[name](x, out, op)
+                world.synchronize()
         else:
             def call():
                 allreduce.allreduce(x, world.comm, algorithm=name, op=op, out=out)
+                world.synchronize()
         seconds = _time(world, call, iterations, warmup)
-        wrong = int(world.reduce_scalar(float(np.count_nonzero(out != expected)), "sum"))
-        return Row(x.nbytes, len(x), dtype, op, name, seconds, world.size, wrong)
+        wrong = int(world.reduce_scalar(float((out != expected).sum()), "sum"))
+        return Row(arrays.nbytes(x), len(x), dtype, op, name, seconds, world.size, wrong)
 
     peers = list(world.peers) if op != "mean" else []  # the peers have no mean
     passes = 2 if world.deferred_torch_peer and op != "mean" else 1
@@ -488,7 +525,7 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     print(file=sys.stderr)
     model, rows = fit_model(rows, list(world.peers))
-    print(f"# allreduce-bench: {world.size} ranks, {args.dtype} {args.op}, "
+    print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
           f"{args.warmup_iters} warm-up + {args.iters} timed iterations, time = slowest rank")
     print(format_table(rows, list(world.peers)))
     if model:
