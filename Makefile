@@ -49,7 +49,9 @@ grade: $(STAMP)
 
 BENCH_RANKS ?= 4
 BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,rabenseifner,recursive_doubling,auto
+# one compute thread per rank (see allreduce.lab.ONE_THREAD_PER_RANK); MPI_Allreduce uses none
 bench: $(STAMP)
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	$(BIN)/mpiexec -n $(BENCH_RANKS) $(BIN)/python -m mpi4py -m allreduce.bench $(BENCH_ARGS)
 
 clean:

@@ -149,12 +149,13 @@ def run_sweep(ranks: int, algorithms: list[str], sizes: list[int], *, iterations
     import subprocess
     import sys
 
-    from .lab import mpiexec
+    from .lab import mpiexec, rank_environment
 
     command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
                "allreduce.bench", "--sweep", "--iterations", str(iterations),
                "--sizes", *map(str, sizes), "--", *algorithms]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
+                         env=rank_environment())
     if run.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
     return json.loads(run.stdout)

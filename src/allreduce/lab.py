@@ -23,6 +23,7 @@ start --engines=MPI`` in an allocation, or ``--engines=Slurm``/``SSH``) and conn
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -47,12 +48,29 @@ def mpiexec() -> Path:
     return path
 
 
+#: One compute thread per rank.  Numerical libraries (OpenBLAS, MKL, OpenMP in torch) start
+#: a thread per core in every process by default; with several MPI ranks per machine those
+#: threads spin on the same cores as the ranks, and a 20 µs allreduce can take 20 ms.
+#: Measured here: numpy work between allreduces on 4 ranks made each allreduce 40× slower.
+ONE_THREAD_PER_RANK = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                       "MKL_NUM_THREADS": "1"}
+
+
+def rank_environment() -> dict[str, str]:
+    """This process's environment, with :data:`ONE_THREAD_PER_RANK` where the user has not
+    chosen otherwise: what the processes that the labs, the book and the benchmark start
+    under ``mpiexec`` run with."""
+    return {**ONE_THREAD_PER_RANK, **os.environ}
+
+
 def _start(n: int, timeout: float):
     import ipyparallel as ipp
     from traitlets.config import Config
 
     config = Config()
     config.MPILauncher.mpi_cmd = [str(mpiexec())]
+    config.MPIEngineSetLauncher.environment = {
+        name: value for name, value in rank_environment().items() if name in ONE_THREAD_PER_RANK}
     # shutdown_atexit (ipyparallel's default) stops the engines when this Python exits.
     # Errors only: the INFO lines name process ids and would differ in every notebook run.
     engines = ipp.Cluster(engines="mpi", n=n, config=config, load_profile=False,
@@ -68,7 +86,11 @@ def _start(n: int, timeout: float):
     view = client[:]
     view.block = True
     if _in_ipython():
+        from IPython import get_ipython
+
         view.activate()  # %px and %%px now run on these engines
+        # no progress bars on long %%px cells: they would make outputs differ run to run
+        get_ipython().run_line_magic("pxconfig", "--progress-after -1")
     return engines, view
 
 
@@ -439,3 +461,76 @@ def check_crossover(function) -> None:
                 raise AssertionError(f"{machine}, p = {p}: got {got:.6g} B, bisection of the "
                                      f"model gives {want:.6g} B")
     print("doubling_crossover: agrees with the model's bisection on 3 machines, p = 2 to 4,096")
+
+
+def check_busbw(function) -> None:
+    """Check cell for the exercise ``busbw(nbytes, seconds, p)`` (chapter "Allreduce on
+    GPUs: NCCL"), against :func:`allreduce.cost.busbw`.  Runs here."""
+    from . import cost
+
+    for p in (1, 2, 3, 4, 8, 1024):
+        for nbytes, seconds in ((1024, 1e-5), (1 << 30, 0.01), (12345, 3.5e-3)):
+            got, want = function(nbytes, seconds, p), cost.busbw(nbytes, seconds, p)
+            if not np.isclose(got, want, rtol=1e-9):
+                raise AssertionError(f"p = {p}, n = {nbytes} B in {seconds} s: got {got:.6g} "
+                                     f"B/s, expected {want:.6g} B/s")
+    print("busbw: agrees with nccl-tests' definition for p = 1 to 1,024")
+
+
+def check_ddp_buckets(function) -> None:
+    """Check cell for the exercise ``ddp_buckets(sizes, cap)``: the parameters' indices,
+    taken in reverse order and packed into buckets of at most ``cap`` bytes (a tensor
+    larger than ``cap`` alone in its bucket), as DDP assigns them.  Runs here."""
+    from .training import buckets
+
+    rng = np.random.default_rng(0)
+    cases = [([4, 4, 4], 8), ([10, 2, 3], 8), ([], 8), ([1] * 7, 3)]
+    cases += [(list(rng.integers(1, 100, rng.integers(1, 30))), int(rng.integers(50, 300)))
+              for _ in range(50)]
+    for sizes, cap in cases:
+        last = len(sizes) - 1
+        want = [[last - i for i in bucket] for bucket in buckets(sizes[::-1], cap)]
+        got = function(sizes, cap)
+        if [list(b) for b in got] != want:
+            raise AssertionError(f"sizes {sizes}, cap {cap}: got {got}, expected {want}")
+    print(f"ddp_buckets: the buckets DDP would make, in {len(cases)} cases")
+
+
+def _overlap_check(attach, steps: int) -> str | None:
+    """On each engine: train with the student's hooks and without overlap; compare."""
+    from mpi4py import MPI
+
+    from .training import train
+
+    world = MPI.COMM_WORLD
+    private = world.Dup()
+    try:
+        plain = train(private, average="per_tensor", steps=steps)
+        overlapped = train(private, average="overlap", attach=attach, steps=steps)
+    finally:
+        private.Free()
+    if overlapped.weights.tobytes() != plain.weights.tobytes():
+        worst = int(np.argmax(np.abs(overlapped.weights - plain.weights)))
+        return (f"rank {world.rank}: after {steps} steps weight {worst} is "
+                f"{overlapped.weights[worst]:.6g} with your hooks, {plain.weights[worst]:.6g} "
+                "without overlap (is every gradient submitted exactly once?)")
+    return None
+
+
+def check_overlap(view, function: str, *, steps: int = 5, timeout: float = 60) -> None:
+    """Check cell for the exercise ``attach_overlap(model, thread)`` (the capstone): train
+    on the engines with the student's hooks and without overlap; the weights must be the
+    same bits."""
+    import ipyparallel as ipp
+
+    result = view.apply_async(_overlap_check, ipp.Reference(function), steps)
+    try:
+        problems = [p for p in result.get(timeout=timeout) if p]
+    except ipp.error.TimeoutError:
+        raise TimeoutError(f"{function}: training did not finish within {timeout:.0f} s on "
+                           "every rank: were the gradients submitted in a different order on "
+                           "different ranks?  Restart the kernel and run again.") from None
+    if problems:
+        raise AssertionError(problems[0])
+    print(f"{function}: the same weights as without overlap after {steps} steps, on "
+          f"{len(view)} ranks")

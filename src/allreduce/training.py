@@ -185,11 +185,13 @@ def attach_hooks(model, thread: CommThread) -> None:
 @dataclass
 class Run:
     """What :func:`train` returns: the final weights (flat float64 numpy), the full batch's
-    mean loss at every step, and each step's seconds of compute and of communication."""
+    mean loss at every step, and each step's seconds of compute, of waiting at a barrier for
+    the slowest rank to finish its compute, and of communication."""
 
     weights: np.ndarray
     losses: list[float] = field(default_factory=list)
     compute: list[float] = field(default_factory=list)
+    wait: list[float] = field(default_factory=list)
     communicate: list[float] = field(default_factory=list)
 
 
@@ -199,12 +201,13 @@ def flat_weights(model) -> np.ndarray:
 
 def train(comm=None, *, algorithm: str = "auto", average: Callable | str = "per_tensor",
           steps: int = 40, batch_size: int = 64, lr: float = 0.5, seed: int = 0,
-          bucket_bytes: int = 25 << 20) -> Run:
+          bucket_bytes: int = 25 << 20, attach: Callable | None = None) -> Run:
     """Data-parallel SGD on the digits.  ``comm`` is an mpi4py communicator, a
     torch.distributed process group or an :class:`~allreduce.comm.Communicator`; ``None``
     trains in one process on the full batches (the reference).  ``average`` is
     ``"per_tensor"``, ``"fused"`` or ``"overlap"``, or a function ``average(model, comm,
-    algorithm)`` that sums the gradients in place."""
+    algorithm)`` that sums the gradients in place.  ``attach(model, thread)`` replaces
+    :func:`attach_hooks` for ``"overlap"`` (the capstone lab's exercise)."""
     import torch
 
     from .comm import as_communicator
@@ -221,7 +224,7 @@ def train(comm=None, *, algorithm: str = "auto", average: Callable | str = "per_
     elif average == "fused":
         average = lambda m, c, a: fused(m, c, a, bucket_bytes)  # noqa: E731
     elif average == "overlap" and communicator is not None:
-        overlap = average = Overlap(model, communicator, algorithm)
+        overlap = average = Overlap(model, communicator, algorithm, attach=attach)
     run = Run(weights=np.empty(0))
     try:
         for batch in batches(len(X), batch_size, steps, seed):
@@ -231,12 +234,20 @@ def train(comm=None, *, algorithm: str = "auto", average: Callable | str = "per_
             loss = torch.nn.functional.cross_entropy(model(X[mine]), y[mine], reduction="sum")
             (loss / batch_size).backward()  # Σ over ranks = the full batch's mean loss
             computed = time.perf_counter()
+            if communicator is not None and overlap is None:
+                # measurement only: without it, the time a rank waits for a slower one
+                # (on an oversubscribed machine, for the ranks sharing its core) would be
+                # counted as communication.  With overlap, communication is already under
+                # way during backward, and a barrier would stop it from overlapping.
+                communicator.barrier()
+            waited = time.perf_counter()
             total = torch.tensor([loss.item() / batch_size], dtype=torch.float64)
             if communicator is not None:
                 average(model, communicator, algorithm)
                 allreduce(total, communicator, algorithm=algorithm, out=total)
             run.compute.append(computed - start)
-            run.communicate.append(time.perf_counter() - computed)
+            run.wait.append(waited - computed)
+            run.communicate.append(time.perf_counter() - waited)
             optimizer.step()
             run.losses.append(float(total))
     finally:
@@ -309,7 +320,8 @@ def compare(algorithms: list[str], *, steps: int = 40, batch_size: int = 64) -> 
 
     return {"ranks": world.size, "steps": steps, "batch_size": batch_size,
             "runs": {name: {"weights": run.weights.tolist(), "losses": run.losses,
-                            "compute": slowest(run.compute), "communicate": slowest(run.communicate)}
+                            "compute": slowest(run.compute), "wait": slowest(run.wait),
+                            "communicate": slowest(run.communicate)}
                      for name, run in runs.items()}}
 
 
@@ -327,11 +339,12 @@ def run_compare(ranks: int, algorithms: list[str], *, steps: int = 40, timeout: 
     import subprocess
     import sys
 
-    from .lab import mpiexec
+    from .lab import mpiexec, rank_environment
 
     command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
                "allreduce.training", "--steps", str(steps), *algorithms]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
+                         env=rank_environment())
     if run.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
     return json.loads(run.stdout)

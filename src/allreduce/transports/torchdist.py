@@ -76,7 +76,7 @@ class TorchCommunicator(Communicator):
         return torch.device("cuda", torch.cuda.current_device()) if self.uses_cuda else torch.device("cpu")
 
     def allgather_ints(self, values: np.ndarray) -> np.ndarray:
-        mine = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)).to(self._device())
+        mine = torch.tensor(values, dtype=torch.int64, device=self._device())
         gathered = [torch.empty_like(mine) for _ in range(self.size)]
         dist.all_gather(gathered, mine, group=self.group)
         return torch.stack(gathered).cpu().numpy()
