@@ -163,3 +163,16 @@ def test_torch_tensor_mismatches():
     raised = errors_on_every_rank(
         lambda comm: allreduce.allreduce(torch.ones(3), comm, out=np.ones(3, np.float32)))
     assert "out must be of the same type as x (Tensor), got ndarray" in str(raised)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "auto"])
+def test_a_failed_call_leaves_out_untouched(algorithm):
+    def body(comm):
+        x = np.ones(10 + (comm.rank == 0))
+        out = np.full_like(x, -1.0)
+        with pytest.raises(ValueError, match="disagree on the element count"):
+            allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
+        return out
+
+    for out in run_threads(P, body, timeout=10):
+        assert (out == -1.0).all()

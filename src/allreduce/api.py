@@ -59,9 +59,9 @@ def allreduce(
 
     Returns the result, of ``x``'s type, shape and dtype.  Every rank gets the same bits.
 
-    Raises ``TypeError`` or ``ValueError`` on every rank, before any data moves, if any rank's
-    call is invalid or the ranks' calls disagree (see :mod:`allreduce.validation` and the
-    chapter "The allreduce library").  A ``comm`` of the wrong kind raises ``TypeError`` at
+    Raises ``TypeError`` or ``ValueError`` on every rank, leaving ``out`` untouched, if any
+    rank's call is invalid or the ranks' calls disagree (see :mod:`allreduce.validation`
+    and the chapter "The allreduce library").  A ``comm`` of the wrong kind raises ``TypeError`` at
     once: there is no communicator to agree over.
     """
     communicator = as_communicator(comm)
@@ -82,19 +82,18 @@ def allreduce(
         if in_band and call.resolved == "recursive_doubling" and \
                 arrays.nbytes(x) <= IN_BAND_LIMIT:
             carried = arrays.host_view(communicator.native(x))
-        if carried is None:
-            if staging is not x and call.resolved in READS_SOURCE and arrays.is_contiguous(x):
-                source = communicator.native(arrays.flat_view(x))  # read in place, no copy
-            elif staging is not x:
-                arrays.copy_into(staging, x)
-        else:
+        if carried is not None:
             carried = carried.reshape(-1)  # x's memory, or a flat copy if x is strided
+        elif staging is not x and call.resolved in READS_SOURCE and arrays.is_contiguous(x):
+            source = communicator.native(arrays.flat_view(x))  # read in place, no copy
     if in_band:
         # the check travels with recursive doubling's data; other algorithms run after it
         agree_in_band(communicator, call, ALGORITHMS, carried, reduce_op,
                       out=None if carried is None else arrays.host_view(buffer))
     else:
         agree(communicator, call, ALGORITHMS)
+    if carried is None and source is None and staging is not x:
+        arrays.copy_into(staging, x)  # only now: a call that raised leaves out untouched
     if carried is None and arrays.count(buffer):
         options = {} if servers is None else {"servers": servers}
         if source is not None:
