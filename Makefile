@@ -48,7 +48,7 @@ grade: $(STAMP)
 	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),scores.csv)"
 
 BENCH_RANKS ?= 4
-BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,rabenseifner,recursive_doubling,auto
+BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,pipelined_ring,rabenseifner,recursive_doubling,auto
 # one compute thread per rank (see allreduce.lab.ONE_THREAD_PER_RANK); MPI_Allreduce uses none
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \

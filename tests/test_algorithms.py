@@ -212,3 +212,19 @@ def test_reading_the_input_from_source_gives_the_same_bits(name, p):
     for rank, (out, in_place, source) in enumerate(run_threads(p, body)):
         assert out.tobytes() == in_place.tobytes()
         assert source.tobytes() == inputs[rank].tobytes()
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+def test_pipelined_ring_gives_the_rings_bits(p):
+    """With chunks of several segments, the pipelined ring adds the same pairs in the same
+    order as the ring: the same bits."""
+    rng = np.random.default_rng(p)
+    inputs = [rng.standard_normal(100_003 * p).astype(np.float32) for _ in range(p)]
+
+    def body(comm):
+        ring = allreduce.allreduce(inputs[comm.rank], comm, algorithm="ring")
+        pipelined = allreduce.allreduce(inputs[comm.rank], comm, algorithm="pipelined_ring")
+        return ring, pipelined
+
+    for ring, pipelined in run_threads(p, body):
+        assert ring.tobytes() == pipelined.tobytes()

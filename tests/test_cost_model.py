@@ -10,7 +10,7 @@ from allreduce import cost
 from allreduce.trace import record
 
 N = 5040  # divisible by every p and server count below, so chunks are even
-ALGORITHMS = ["ring", "rabenseifner", "recursive_doubling", "tree", "reduce_broadcast", "naive",
+ALGORITHMS = ["ring", "pipelined_ring", "rabenseifner", "recursive_doubling", "tree", "reduce_broadcast", "naive",
               "parameter_server", "sharded_parameter_server"]
 
 
@@ -19,6 +19,19 @@ ALGORITHMS = ["ring", "rabenseifner", "recursive_doubling", "tree", "reduce_broa
 def test_terms_match_the_trace(algorithm, p):
     trace, _ = record(algorithm, p, N, dtype="int64")
     t = cost.terms(algorithm, p, N * 8)
+    assert trace.steps() == t.steps
+    assert max(map(trace.bytes_sent, range(p))) == t.sent
+    assert max(trace.elements_reduced(r) * 8 for r in range(p)) == t.reduced
+
+
+@pytest.mark.parametrize(("p", "n"), [(2, 100_000), (3, 200_001), (4, 1 << 18), (5, 300_000)])
+def test_pipelined_ring_terms_with_several_segments(p, n):
+    """Chunks larger than SEGMENT_BYTES are cut into segments, each its own message."""
+    from allreduce.algorithms.pipelined_ring import SEGMENT_BYTES, segments
+
+    assert segments(-(-n // p) * 8) > 1 and SEGMENT_BYTES < n * 8 // p
+    trace, _ = record("pipelined_ring", p, n, dtype="int64")
+    t = cost.terms("pipelined_ring", p, n * 8)
     assert trace.steps() == t.steps
     assert max(map(trace.bytes_sent, range(p))) == t.sent
     assert max(trace.elements_reduced(r) * 8 for r in range(p)) == t.reduced

@@ -51,6 +51,11 @@ def terms(algorithm: str, p: int, n: float, *, servers: int | None = None) -> Te
     folded = p != q  # non-powers of two pay one step of n before and one after
     if algorithm == "ring":
         return Terms(2 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n)
+    if algorithm == "pipelined_ring":  # each reduce-scatter step sends S segments
+        from .algorithms.pipelined_ring import segments
+
+        return Terms((p - 1) * (segments(math.ceil(n / p)) + 1), 2 * (p - 1) / p * n,
+                     (p - 1) / p * n)
     if algorithm == "rabenseifner":
         return Terms(2 * _lg(q) + 2 * folded, 2 * (q - 1) / q * n + folded * n,
                      (q - 1) / q * n + folded * n)
