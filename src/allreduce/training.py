@@ -91,8 +91,9 @@ def fused(model, comm, algorithm: str = "auto", bucket_bytes: int = 25 << 20) ->
     own), as DDP does with its 25 MiB buckets."""
     import torch
 
-    for bucket in buckets([g.numel() * g.element_size() for g in gradients(model)], bucket_bytes):
-        grads = [gradients(model)[i] for i in bucket]
+    every = gradients(model)
+    for bucket in buckets([g.numel() * g.element_size() for g in every], bucket_bytes):
+        grads = [every[i] for i in bucket]
         flat = torch.cat([g.reshape(-1) for g in grads])
         allreduce(flat, comm, algorithm=algorithm, out=flat)
         offset = 0
