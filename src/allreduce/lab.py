@@ -408,9 +408,9 @@ def check_fit(function) -> None:
           "as allreduce.cost.fit finds")
 
 
-#: The machines the lab "Choosing an algorithm" checks its exercises on: this course's
-#: reference model, and the chapter's two simulated networks.
 def _check_models():
+    """The machines the lab "Choosing an algorithm" checks its exercises on: this course's
+    reference model, and the chapter's two simulated networks."""
     from . import cost
     from .algorithms.auto import DEFAULT_MODEL
 
@@ -422,7 +422,7 @@ def _check_models():
 def check_choice(function) -> None:
     """Check cell for the exercise ``choose_algorithm(model, p, nbytes)`` (chapter
     "Choosing an algorithm"): it must name a candidate of ``auto`` with the smallest
-    predicted time, on three machines, 2 to 4,096 ranks and 8 B to 1 GiB.  Runs here."""
+    predicted time, on three machines, 2 to 4,096 ranks and 8 B to 512 MiB.  Runs here."""
     from .algorithms.auto import CANDIDATES
 
     cases = 0
