@@ -228,8 +228,6 @@ class _World:
             self._init_mpi(torch_peer)
 
     def _init_mpi(self, torch_peer: bool) -> None:
-        import os
-
         from mpi4py import MPI
 
         self.mpi = MPI
@@ -243,15 +241,13 @@ class _World:
         """Start a gloo process group on the MPI ranks and add torch's all_reduce as a peer.
         Called after everything else is timed: gloo's threads, once started, slow the
         other measurements of 4 ranks sharing 2 cores by up to 3x."""
-        import os
-
         import torch
         import torch.distributed as dist
 
+        from .transports.torchdist import init_from_mpi
+
         torch.set_num_threads(1)  # ranks already share the cores
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(self.comm.bcast(_free_port() if self.rank == 0 else None))
-        dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
+        init_from_mpi(self.comm)
         self.torch = dist
         self.peers["torch_all_reduce"] = _torch_all_reduce
         self.deferred_torch_peer = False
@@ -324,14 +320,6 @@ def _torch_all_reduce(x, out, op: str) -> None:
     else:  # a CUDA tensor (NCCL)
         out.copy_(x)
     dist.all_reduce(out, op=ops[op])
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _time(world: _World, call, iterations: int, warmup: int) -> float:

@@ -93,6 +93,14 @@ class Model:
         return self.alpha + nbytes * self.beta
 
 
+#: The two networks the chapter "Choosing an algorithm" simulates (and its lab checks
+#: against): a 100 Gb/s cluster network, and an NVLink-class link with reductions on a GPU.
+NETWORKS: dict[str, Model] = {
+    "100 Gb/s, α = 2 µs": Model(alpha=2e-6, beta=1 / 12.5e9, gamma=1 / 100e9),
+    "NVLink-class, α = 1 µs": Model(alpha=1e-6, beta=1 / 150e9, gamma=1 / 1000e9),
+}
+
+
 def busbw(nbytes: float, seconds: float, p: int) -> float:
     """nccl-tests' bus bandwidth of an allreduce, bytes/s: algbw·2(p−1)/p, where algbw is
     ``nbytes / seconds``.  It makes the ring's bandwidth-optimal cost read as link speed."""

@@ -445,9 +445,7 @@ def _check_models():
     from . import cost
     from .algorithms.auto import DEFAULT_MODEL
 
-    return {"the reference machine": DEFAULT_MODEL,
-            "100 Gb/s, alpha = 2 us": cost.Model(alpha=2e-6, beta=1 / 12.5e9, gamma=1 / 100e9),
-            "NVLink-class": cost.Model(alpha=1e-6, beta=1 / 150e9, gamma=1 / 1000e9)}
+    return {"the reference machine": DEFAULT_MODEL, **cost.NETWORKS}
 
 
 def check_choice(function) -> None:

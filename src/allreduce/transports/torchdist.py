@@ -85,3 +85,21 @@ class TorchCommunicator(Communicator):
         gathered: list[Any] = [None] * self.size
         dist.all_gather_object(gathered, obj, group=self.group)
         return gathered
+
+
+def init_from_mpi(comm, backend: str = "gloo") -> None:
+    """Start torch.distributed's default process group on the processes of the mpi4py
+    communicator ``comm``, with their MPI ranks: rank 0 picks a free local port and MPI
+    broadcasts it (one machine; ``MASTER_ADDR`` defaults to 127.0.0.1).  What the
+    benchmark's gloo peer, the capstone's DDP run and the labs' engines use."""
+    import os
+    import socket
+
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(comm.bcast(port))
+    dist.init_process_group(backend, rank=comm.rank, world_size=comm.size)
