@@ -322,14 +322,43 @@ def _torch_all_reduce(x, out, op: str) -> None:
     dist.all_reduce(out, op=ops[op])
 
 
-def _time(world: _World, call, iterations: int, warmup: int) -> float:
-    return world.reduce_scalar(_mean_time(call, world.barrier, iterations, warmup), "max")
+#: How many rounds the timed iterations of one size are split into (see :func:`_interleaved`).
+ROUNDS = 5
+
+
+def _interleaved(world: _World, calls: dict, iterations: int, warmup: int) -> dict:
+    """Mean seconds per call of each of ``calls`` (name → function), on the slowest rank.
+
+    The iterations are split into :data:`ROUNDS` blocks, and the rounds take turns among
+    the calls, starting one further along each time: on a shared machine whose speed
+    drifts over seconds, every call then sees the same mix of fast and slow moments,
+    whereas timing each call's iterations in one block credits the drift to whichever
+    call ran at the time.  Each block is timed after a barrier, as a whole, on every rank,
+    and the slowest rank's block time counts."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    names = list(calls)
+    rounds = max(1, min(ROUNDS, iterations))
+    total = dict.fromkeys(names, 0.0)
+    for index in range(rounds):
+        block = iterations // rounds + (index < iterations % rounds)
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            call = calls[name]
+            world.barrier()
+            start = time.perf_counter()
+            for _ in range(block):
+                call()
+            total[name] += world.reduce_scalar(time.perf_counter() - start, "max")
+    return {name: seconds / iterations for name, seconds in total.items()}
 
 
 def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: str = "float32",
               op: str = "sum", iterations: int = 20, warmup: int = 5, progress=None) -> list[Row]:
-    """Time every algorithm and every peer at every size (collective); every rank gets the
-    rows.  Each result is compared with the first peer's, element by element (#wrong).
+    """Time every algorithm and every peer at every size, in interleaved rounds
+    (:func:`_interleaved`; collective); every rank gets the rows.  Each result is compared
+    with the first peer's, element by element (#wrong).
     Under MPI the torch peer is timed last, over all sizes (see
     :meth:`_World.enable_torch_peer`)."""
     import allreduce
@@ -353,33 +382,40 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
             x, expected = torch.from_numpy(x).cuda(), torch.from_numpy(expected).cuda()
         inputs[nbytes] = x, expected
 
-    def measure(name: str, nbytes: int) -> Row:
+    def measure(names: list[str], nbytes: int) -> list[Row]:
         x, expected = inputs[nbytes]
-        out = x.clone() if world.device == "cuda" else np.empty_like(x)
-        if name in world.peers:
-            def call():
-                world.peers[name](x, out, op)
-                world.synchronize()
-        else:
-            def call():
-                allreduce.allreduce(x, world.comm, algorithm=name, op=op, out=out)
-                world.synchronize()
-        seconds = _time(world, call, iterations, warmup)
-        wrong = int(world.reduce_scalar(float((out != expected).sum()), "sum"))
-        return Row(arrays.nbytes(x), len(x), dtype, op, name, seconds, world.size, wrong)
+        outs = {name: x.clone() if world.device == "cuda" else np.empty_like(x) for name in names}
+
+        def call_of(name: str):
+            out = outs[name]
+            if name in world.peers:
+                def call():
+                    world.peers[name](x, out, op)
+                    world.synchronize()
+            else:
+                def call():
+                    allreduce.allreduce(x, world.comm, algorithm=name, op=op, out=out)
+                    world.synchronize()
+            return call
+
+        seconds = _interleaved(world, {name: call_of(name) for name in names}, iterations, warmup)
+        wrong = {name: int(world.reduce_scalar(float((outs[name] != expected).sum()), "sum"))
+                 for name in names}
+        return [Row(arrays.nbytes(x), len(x), dtype, op, name, seconds[name], world.size,
+                    wrong[name]) for name in names]
 
     peers = list(world.peers) if op != "mean" else []  # the peers have no mean
     passes = 2 if world.deferred_torch_peer and op != "mean" else 1
     rows: list[Row] = []
     for index, nbytes in enumerate(sizes):
-        rows += [measure(name, nbytes) for name in [*peers, *algorithms]]
+        rows += measure([*peers, *algorithms], nbytes)
         if progress:
             progress(index + 1, len(sizes) * passes, nbytes)
     if passes == 2:
         world.enable_torch_peer()
         peers.append("torch_all_reduce")
         for index, nbytes in enumerate(sizes):
-            rows.append(measure("torch_all_reduce", nbytes))
+            rows += measure(["torch_all_reduce"], nbytes)
             if progress:
                 progress(len(sizes) + index + 1, len(sizes) * passes, nbytes)
     order = {name: i for i, name in enumerate([*peers, *algorithms])}
@@ -515,7 +551,7 @@ def _main(argv: list[str] | None = None) -> int:
     print(file=sys.stderr)
     model, rows = fit_model(rows, list(world.peers))
     print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
-          f"{args.warmup_iters} warm-up + {args.iters} timed iterations, time = slowest rank")
+          f"{args.warmup_iters} warm-up + {args.iters} timed iterations, in {min(ROUNDS, args.iters)} interleaved rounds, time = slowest rank")
     print(format_table(rows, list(world.peers)))
     if model:
         print(f"# model fitted to this run's algorithm rows (traced steps and bytes, relative "

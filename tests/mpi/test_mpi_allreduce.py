@@ -160,3 +160,36 @@ def test_trace_counts_on_real_mpi(world):
     ok = trace.steps() == 2 * (p - 1) and all(
         trace.bytes_sent(r) == 2 * (p - 1) * n // p * 4 for r in range(p))
     assert_on_all_ranks(world, ok and bool((x == p).all()), f"steps {trace.steps()}")
+
+
+def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
+    """allreduce-bench's timing (bench._interleaved) on real ranks: every call runs its
+    warm-up and timed iterations, the rounds take turns starting one call further along, and
+    the time kept is the slowest rank's (rank r sleeps r ms per call, so every rank must
+    report at least size - 1 ms: sleep never returns early)."""
+    from allreduce import bench
+
+    bench_world = bench._World(torch_peer=False)
+    order: list[str] = []
+    counts = {"a": 0, "b": 0, "c": 0}
+
+    def call_of(name):
+        def call():
+            counts[name] += 1
+            order.append(name)
+            time.sleep(world.rank / 1000)
+        return call
+
+    seconds = bench._interleaved(bench_world, {n: call_of(n) for n in "abc"}, iterations=7,
+                                 warmup=2)
+    timed = order[3 * 2:]  # after each call's warm-up
+    blocks = [7 // 5 + (i < 7 % 5) for i in range(5)]  # 2, 2, 1, 1, 1
+    expected = []
+    for index, block in enumerate(blocks):
+        shift = index % 3
+        for name in ("abc"[shift:] + "abc"[:shift]):
+            expected += [name] * block
+    ok = (counts == {"a": 9, "b": 9, "c": 9} and timed == expected
+          and all(s >= (world.size - 1) / 1000 for s in seconds.values())
+          and len(set(world.allgather(tuple(sorted(seconds.items()))))) == 1)
+    assert_on_all_ranks(world, ok, f"counts {counts}, order {timed}, seconds {seconds}")
