@@ -228,3 +228,47 @@ def test_pipelined_ring_gives_the_rings_bits(p):
 
     for ring, pipelined in run_threads(p, body):
         assert ring.tobytes() == pipelined.tobytes()
+
+
+def test_scratch_buffers_are_kept_per_thread_dtype_and_size():
+    """Communicator.scratch keeps one buffer per thread and dtype, grows it when asked for
+    more, and release_scratch lets it go."""
+    from allreduce.comm import release_scratch
+
+    def body(comm):
+        like = np.empty(1, np.float32)
+        small = comm.scratch(10, like)
+        again = comm.scratch(8, like)
+        other = comm.scratch(10, np.empty(1, np.int64))
+        bigger = comm.scratch(1000, like)
+        kept_after_growth = comm.scratch(10, like)
+        release_scratch()
+        after_release = comm.scratch(10, like)
+        return (np.shares_memory(small, again), np.shares_memory(small, other),
+                np.shares_memory(small, bigger), np.shares_memory(bigger, kept_after_growth),
+                np.shares_memory(bigger, after_release), small.size, bigger.size,
+                other.dtype == np.int64, small.ctypes.data)
+
+    results = run_threads(2, body)
+    for result in results:
+        assert result[:8] == (True, False, False, True, False, 10, 1000, True)
+    assert results[0][8] != results[1][8]  # each thread rank has its own
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_kept_scratch_gives_right_results_call_after_call(algorithm):
+    """The same thread ranks run one algorithm on sizes that grow and shrink and on two
+    dtypes, so each call finds the scratch buffer the previous one left (stale data,
+    another dtype, a size too small or too large)."""
+    p = 5
+    plan = [(count, dtype) for count in (1000, 7, 4099, 3, 1000) for dtype in ("int64", "int32")]
+    inputs = {(count, dtype): [exact_input(r, count, dtype, "sum") for r in range(p)]
+              for count, dtype in plan}
+
+    def body(comm):
+        return [allreduce.allreduce(inputs[key][comm.rank], comm, algorithm, "sum") for key in plan]
+
+    for rank, results in enumerate(run_threads(p, body)):
+        for key, result in zip(plan, results):
+            wrong = first_difference(reference(inputs[key], "sum"), result)
+            assert not wrong, f"{algorithm} {key} rank {rank}: {wrong}"

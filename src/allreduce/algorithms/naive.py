@@ -20,7 +20,7 @@ def naive(buf, comm: Communicator, op: Op) -> None:
     p, rank, n = comm.size, comm.rank, len(buf)
     if p == 1:
         return
-    others = comm.empty((p - 1) * n, like=buf)  # slot k holds the buffer of rank (rank - k) % p
+    others = comm.scratch((p - 1) * n, like=buf)  # slot k holds the buffer of rank (rank - k) % p
 
     def slot(k: int):
         return others[(k - 1) * n : k * n]

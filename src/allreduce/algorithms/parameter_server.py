@@ -33,7 +33,7 @@ def parameter_server(buf, comm: Communicator, op: Op, servers: int = 1) -> None:
     pushes = [comm.isend(shard(s), s) for k in range(1, p) if (s := (rank + k) % p) < servers]
     if rank < servers:
         mine = shard(rank)
-        incoming = comm.empty(len(mine), like=buf)
+        incoming = comm.scratch(len(mine), like=buf)
         for k in range(1, p):
             comm.recv(incoming, (rank - k) % p)
             comm.reduce_local(op, mine, incoming)

@@ -46,7 +46,7 @@ def pipelined_ring(buf, comm: Communicator, op: Op, *, source=None) -> None:
         return
     itemsize = nbytes(buf) // n if n else 1
     parts = segments(-(-n // p) * itemsize)
-    incoming = comm.empty(-(-n // p), like=buf)  # the largest chunk, allocated once
+    incoming = comm.scratch(-(-n // p), like=buf)  # the largest chunk
     for step in range(p - 1):
         send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % p)
         recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % p)

@@ -30,7 +30,7 @@ def rabenseifner(buf, comm: Communicator, op: Op, *, source=None) -> None:
     n = len(buf)
     me, parts = fold.virtual_rank, fold.participants
     # a fold receives a whole buffer; a halving round at most the first half (the largest)
-    scratch = comm.empty(n if fold.extra else span_bounds(n, parts, 0, parts // 2)[1], like=buf)
+    scratch = comm.scratch(n if fold.extra else span_bounds(n, parts, 0, parts // 2)[1], like=buf)
     fold.fold(buf, op, scratch)
     mine = buf if source is None else source
     if me is not None:

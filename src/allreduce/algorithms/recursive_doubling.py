@@ -27,7 +27,7 @@ def recursive_doubling(buf, comm: Communicator, op: Op, *, source=None) -> None:
         source = None
     if comm.size == 1:
         return
-    scratch = comm.empty(len(buf), like=buf)
+    scratch = comm.scratch(len(buf), like=buf)
     fold.fold(buf, op, scratch)
     me = fold.virtual_rank
     mine = buf if source is None else source

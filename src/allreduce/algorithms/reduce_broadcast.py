@@ -38,5 +38,5 @@ def broadcast(buf, comm: Communicator) -> None:
 def reduce_broadcast(buf, comm: Communicator, op: Op) -> None:
     """Reduce to rank 0, then broadcast from it, in place."""
     if comm.size > 1:
-        reduce(buf, comm, op, comm.empty(len(buf), like=buf))
+        reduce(buf, comm, op, comm.scratch(len(buf), like=buf))
         broadcast(buf, comm)

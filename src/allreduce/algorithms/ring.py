@@ -30,7 +30,7 @@ def reduce_scatter(buf, comm: Communicator, op: Op, *, source=None) -> tuple[int
     p, rank, n = comm.size, comm.rank, len(buf)
     mine = buf if source is None else source
     if p > 1:
-        incoming = comm.empty(-(-n // p), like=buf)  # the largest chunk, allocated once
+        incoming = comm.scratch(-(-n // p), like=buf)  # the largest chunk
         for step in range(p - 1):
             send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % p)
             recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % p)

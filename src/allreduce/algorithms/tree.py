@@ -46,5 +46,5 @@ def binomial_broadcast(buf, comm: Communicator) -> None:
 def tree(buf, comm: Communicator, op: Op) -> None:
     """Binomial-tree allreduce in place."""
     if comm.size > 1:
-        binomial_reduce(buf, comm, op, comm.empty(len(buf), like=buf))
+        binomial_reduce(buf, comm, op, comm.scratch(len(buf), like=buf))
         binomial_broadcast(buf, comm)
