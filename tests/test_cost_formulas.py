@@ -119,3 +119,43 @@ def test_parameter_server(p, servers):
         2 * (p - 1) * shard + 2 * (servers - 1) * shard
     if servers in (1, p):
         assert trace.steps() == 2 * (p - 1)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "pipelined_ring", "rabenseifner",
+                                       "recursive_doubling", "tree", "naive"])
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 6, 8])
+def test_a_whole_call_costs_the_algorithm_plus_its_in_band_check(algorithm, p):
+    """What the benchmark's model counts for a call over MPI: cost.terms of the algorithm
+    plus validation.in_band_terms of its check, against a trace of whole allreduce calls
+    whose check travels in band (below and above IN_BAND_LIMIT for recursive doubling)."""
+    import numpy as np
+
+    import allreduce
+    from allreduce import cost
+    from allreduce.trace import Trace, TracingCommunicator
+    from allreduce.transports.threads import run_threads
+    from allreduce.validation import IN_BAND_LIMIT, in_band_terms
+
+    for count in (840, (IN_BAND_LIMIT // 8 // 840 + 1) * 840):  # 840 = lcm(1, ..., 8)
+        def body(comm):
+            tracer = TracingCommunicator(comm, in_band=True)
+            x = np.full(count, comm.rank + 1, np.int64)
+            allreduce.allreduce(x, tracer, algorithm, out=x)
+            assert (x == p * (p + 1) // 2).all()
+            return tracer.events
+
+        trace = Trace(run_threads(p, body), 8)
+        n = count * 8
+        own, check = cost.terms(algorithm, p, n), in_band_terms(algorithm, p, n)
+        assert trace.steps() == own.steps + check.steps
+        assert max(trace.elements_reduced(r) for r in range(p)) * 8 == own.reduced
+        # the headers add check.sent bytes to the rank that folds; where another rank is
+        # the algorithm's busiest (the tree at a non-power of two), it sends fewer headers
+        busiest = max(map(trace.bytes_sent, range(p)))
+        if algorithm == "tree" and not is_power_of_two(p):
+            assert own.sent < busiest < own.sent + check.sent
+        else:
+            assert busiest == own.sent + check.sent
+        if p > 1:  # the check is not free: header bytes always, steps unless carried
+            assert check.sent > 0
+            assert (check.steps == 0) == (algorithm == "recursive_doubling" and n <= IN_BAND_LIMIT)

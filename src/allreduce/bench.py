@@ -327,20 +327,22 @@ ROUNDS = 5
 
 
 def _interleaved(world: _World, calls: dict, iterations: int, warmup: int) -> dict:
-    """Mean seconds per call of each of ``calls`` (name → function), on the slowest rank.
+    """Seconds per call of each of ``calls`` (name → function): the median, over rounds,
+    of the slowest rank's mean time per call in that round.
 
     The iterations are split into :data:`ROUNDS` blocks, and the rounds take turns among
     the calls, starting one further along each time: on a shared machine whose speed
     drifts over seconds, every call then sees the same mix of fast and slow moments,
     whereas timing each call's iterations in one block credits the drift to whichever
-    call ran at the time.  Each block is timed after a barrier, as a whole, on every rank,
-    and the slowest rank's block time counts."""
+    call ran at the time.  Each block is timed after a barrier, as a whole, on every rank.
+    The median of the rounds, rather than their mean, keeps one round that another
+    process's burst slowed from deciding the result; it applies to the peers alike."""
     for call in calls.values():
         for _ in range(warmup):
             call()
     names = list(calls)
     rounds = max(1, min(ROUNDS, iterations))
-    total = dict.fromkeys(names, 0.0)
+    per_call: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds):
         block = iterations // rounds + (index < iterations % rounds)
         shift = index % len(names)
@@ -350,8 +352,8 @@ def _interleaved(world: _World, calls: dict, iterations: int, warmup: int) -> di
             start = time.perf_counter()
             for _ in range(block):
                 call()
-            total[name] += world.reduce_scalar(time.perf_counter() - start, "max")
-    return {name: seconds / iterations for name, seconds in total.items()}
+            per_call[name].append(world.reduce_scalar(time.perf_counter() - start, "max") / block)
+    return {name: float(np.median(times)) for name, times in per_call.items()}
 
 
 def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: str = "float32",
@@ -426,30 +428,38 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
                    if best[row.nbytes] else None}) for row in rows]
 
 
-def _terms(row: Row):
-    """The traced cost terms of the algorithm a row ran (``auto`` as the one it chose)."""
+def call_terms(row: Row, *, in_band: bool = True):
+    """The cost terms of the whole call a row timed: its algorithm's, as traced
+    (:func:`allreduce.cost.terms`; ``auto`` as the algorithm it chose), plus, where the
+    call's check travels in band (over MPI), the check's
+    (:func:`allreduce.validation.in_band_terms`): header-only rounds before every algorithm
+    but recursive doubling of at most 1 MiB."""
     from . import cost
     from .algorithms.auto import choose
+    from .validation import in_band_terms
 
     name = choose(row.nbytes, row.ranks) if row.name == "auto" else row.name
-    return cost.terms(name, row.ranks, row.nbytes)
+    own = cost.terms(name, row.ranks, row.nbytes)
+    return own + in_band_terms(name, row.ranks, row.nbytes) if in_band else own
 
 
-def fit_model(rows: list[Row], peers: list[str]):
+def fit_model(rows: list[Row], peers: list[str], *, in_band: bool = True):
     """Fit α, β and γ to this run's own algorithm rows, each described by the steps, bytes
-    sent and bytes reduced that its trace counts (:func:`allreduce.cost.terms`), on
-    relative error; return the model and the rows with their predicted times."""
+    sent and bytes reduced of its whole call (:func:`call_terms`), on relative error;
+    return the model and the rows with their predicted times.  ``in_band``: the rows were
+    timed over a transport whose check travels in band (MPI; not torch.distributed)."""
     from . import cost
 
     mine = [row for row in rows if row.name not in peers and row.ranks > 1]
     if len(mine) < 3:
         return None, rows
-    model = cost.fit([_terms(row) for row in mine], [row.seconds for row in mine])
+    model = cost.fit([call_terms(row, in_band=in_band) for row in mine],
+                     [row.seconds for row in mine])
 
     def predict(row: Row) -> float | None:
         if row.name in peers or row.ranks == 1:
             return None
-        t = _terms(row)
+        t = call_terms(row, in_band=in_band)
         return t.steps * model.alpha + t.sent * model.beta + t.reduced * model.gamma
 
     return model, [Row(**{**row.__dict__, "predicted": predict(row)}) for row in rows]
@@ -490,6 +500,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     from . import cost
     from .api import ALGORITHMS
+    from .comm import as_communicator
 
     parser = argparse.ArgumentParser(
         prog="allreduce-bench",
@@ -549,9 +560,12 @@ def _main(argv: list[str] | None = None) -> int:
     if not show:
         return 0
     print(file=sys.stderr)
-    model, rows = fit_model(rows, list(world.peers))
+    in_band = world.mpi is not None and as_communicator(world.comm).receives_any_length
+    model, rows = fit_model(rows, list(world.peers), in_band=in_band)
     print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
-          f"{args.warmup_iters} warm-up + {args.iters} timed iterations, in {min(ROUNDS, args.iters)} interleaved rounds, time = slowest rank")
+          f"{args.warmup_iters} warm-up + {args.iters} timed iterations in "
+          f"{min(ROUNDS, args.iters)} interleaved rounds; time = median over rounds of the "
+          "slowest rank's mean per call")
     print(format_table(rows, list(world.peers)))
     if model:
         print(f"# model fitted to this run's algorithm rows (traced steps and bytes, relative "

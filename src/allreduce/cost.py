@@ -37,6 +37,10 @@ class Terms:
     sent: float
     reduced: float
 
+    def __add__(self, other: Terms) -> Terms:
+        return Terms(self.steps + other.steps, self.sent + other.sent,
+                     self.reduced + other.reduced)
+
 
 def _lg(p: int) -> int:
     return math.ceil(math.log2(p)) if p > 1 else 0

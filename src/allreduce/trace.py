@@ -41,6 +41,7 @@ class Event:
     peer: int = -1
     tag: int = 0
     count: int = 0  # elements
+    nbytes: int = 0  # bytes: the call's check sends bytes, whatever the data's dtype
     offset: int | None = None  # where in the watched buffer, if it lies there
     requests: tuple[int, ...] = ()  # for wait: the ids of the send/recv events it completes
     id: int = -1
@@ -50,8 +51,11 @@ class Event:
 class TracingCommunicator(Communicator):
     """A communicator that does what ``inner`` does and logs it in :attr:`events`."""
 
-    def __init__(self, inner: Communicator):
+    def __init__(self, inner: Communicator, *, in_band: bool = False):
         self.inner = inner
+        # by default the call's check is the all-gather, which the trace does not log, so
+        # that traces show the algorithm alone; in_band logs the check's messages too
+        self.receives_any_length = in_band and inner.receives_any_length
         self.rank, self.size = inner.rank, inner.size
         self.events: list[Event] = []
         self.initial: np.ndarray | None = None
@@ -81,8 +85,8 @@ class TracingCommunicator(Communicator):
         return (here - base) // (arrays.nbytes(view) // arrays.count(view))
 
     def _log(self, kind: str, buf, peer: int, tag: int) -> int:
-        event = Event(kind, self.rank, peer, tag, arrays.count(buf), self._offset(buf),
-                      id=len(self.events))
+        event = Event(kind, self.rank, peer, tag, arrays.count(buf), arrays.nbytes(buf),
+                      self._offset(buf), id=len(self.events))
         self.events.append(event)
         return event.id
 
@@ -96,6 +100,13 @@ class TracingCommunicator(Communicator):
         self.inner.waitall([request for _, request in requests])
         self.events.append(Event("wait", self.rank, requests=tuple(i for i, _ in requests),
                                  id=len(self.events), snapshot=self._copy()))
+
+    def recv_any(self, buf, source: int, tag: int = 0) -> bool:
+        receive = self._log("recv", buf, source, tag)
+        exact = self.inner.recv_any(buf, source, tag)
+        self.events.append(Event("wait", self.rank, requests=(receive,), id=len(self.events),
+                                 snapshot=self._copy()))
+        return exact
 
     def barrier(self) -> None:
         self.inner.barrier()
@@ -153,7 +164,7 @@ class Trace:
         return sum(e.count for e in self._of("reduce", rank))
 
     def bytes_sent(self, rank: int) -> int:
-        return self.elements_sent(rank) * self.itemsize
+        return sum(e.nbytes for e in self._of("send", rank))
 
     def total_elements_sent(self) -> int:
         return sum(self.elements_sent(r) for r in range(self.size))
