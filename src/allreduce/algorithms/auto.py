@@ -30,7 +30,7 @@ CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabensei
 #: 64 MiB, 4 MPI ranks) fitted on the course's 2-core reference machine on 2026-11-22.
 #: α per step includes the Python cost of a step.  Save your own machine's with
 #: ``allreduce-bench --save-model``.
-DEFAULT_MODEL = Model(alpha=77.1e-6, beta=1 / 1.50e9, gamma=1 / 1.15e9)
+DEFAULT_MODEL = Model(alpha=79.1e-6, beta=1 / 1.54e9, gamma=1 / 1.72e9)
 
 _model: Model | None = None
 _chosen: dict[tuple[int, int], str] = {}  # choose()'s answers under model()
