@@ -1,5 +1,7 @@
 """Timing allreduce the way the field does (nccl-tests, OSU): warm-up, barrier, time, take
-the slowest rank, and check every result.
+the slowest rank, and check every result.  The algorithms and peers of one size are timed
+in interleaved rounds (:func:`_interleaved`), so that a shared machine's drift hits them
+alike.
 
 * The labs and the book's pages measure with :func:`sweep` (ring steps, local adds and
   algorithms over an mpi4py communicator; :func:`run_sweep` starts it under ``mpiexec``)
@@ -45,24 +47,25 @@ def _slowest(comm, seconds: float) -> float:
     return comm.allreduce(seconds, op=MPI.MAX)
 
 
+def _allreduce_call(comm, algorithm: str, x, out):
+    """A function that runs one allreduce of ``x`` into ``out``: ``algorithm`` from the
+    library, or the MPI library's own (:data:`PEER`)."""
+    import allreduce
+
+    if algorithm == PEER:
+        return lambda: comm.Allreduce(x, out)
+    return lambda: allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
+
+
 def time_allreduce(comm, algorithm: str, count: int, *, dtype: str = "float32",
                    iterations: int = 10, warmup: int = 2) -> Timing:
     """Time ``algorithm`` (a name in :data:`allreduce.ALGORITHMS`, or ``"MPI_Allreduce"``)
     on ``count`` elements per rank of ``comm`` (an ``mpi4py`` communicator)."""
-    import allreduce
-
     from .testing import exact_input
 
     x = exact_input(comm.rank, count, dtype, "sum")  # small integers: exact in any order
     out = np.empty_like(x)
-
-    def call():
-        if algorithm == PEER:
-            comm.Allreduce(x, out)
-        else:
-            allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
-
-    seconds = _mean_time(call, comm.Barrier, iterations, warmup)
+    seconds = _mean_time(_allreduce_call(comm, algorithm, x, out), comm.Barrier, iterations, warmup)
     expected = np.empty_like(x)
     comm.Allreduce(x, expected)
     wrong = comm.allreduce(int(np.count_nonzero(out != expected)))
@@ -120,14 +123,25 @@ def sweep(comm, algorithms: list[str], sizes: list[int], *, iterations: int = 5)
     of wrong elements in ``wrong``).  Collective; every rank gets the same dict."""
     from mpi4py import MPI
 
+    from .testing import exact_input
+
     result = {"ranks": comm.size, "sizes": sizes, "times": {}, "wrong": {},
               "pingpong": [time_pingpong(comm, n, iterations=2 * iterations) for n in sizes],
               "step": [time_sendrecv(comm, n, iterations=2 * iterations) for n in sizes],
               "add": [comm.allreduce(time_reduce(n), op=MPI.MAX) for n in sizes]}
     for name in algorithms:
-        runs = [time_allreduce(comm, name, n // 4, iterations=iterations) for n in sizes]
-        result["times"][name] = [run.seconds for run in runs]
-        result["wrong"][name] = [run.wrong for run in runs]
+        result["times"][name], result["wrong"][name] = [], []
+    for nbytes in sizes:  # the algorithms of one size in interleaved rounds, as the benchmark
+        x = exact_input(comm.rank, nbytes // 4, "float32", "sum")  # exact in any order
+        expected = np.empty_like(x)
+        comm.Allreduce(x, expected)
+        outs = {name: np.empty_like(x) for name in algorithms}
+        seconds = _interleaved({name: _allreduce_call(comm, name, x, outs[name])
+                                for name in algorithms}, iterations, 2,
+                               barrier=comm.Barrier, slowest=lambda t: _slowest(comm, t))
+        for name in algorithms:
+            result["times"][name].append(seconds[name])
+            result["wrong"][name].append(comm.allreduce(int(np.count_nonzero(outs[name] != expected))))
     return result
 
 
@@ -326,7 +340,7 @@ def _torch_all_reduce(x, out, op: str) -> None:
 ROUNDS = 5
 
 
-def _interleaved(world: _World, calls: dict, iterations: int, warmup: int) -> dict:
+def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest) -> dict:
     """Seconds per call of each of ``calls`` (name → function): the median, over rounds,
     of the slowest rank's mean time per call in that round.
 
@@ -336,7 +350,8 @@ def _interleaved(world: _World, calls: dict, iterations: int, warmup: int) -> di
     whereas timing each call's iterations in one block credits the drift to whichever
     call ran at the time.  Each block is timed after a barrier, as a whole, on every rank.
     The median of the rounds, rather than their mean, keeps one round that another
-    process's burst slowed from deciding the result; it applies to the peers alike."""
+    process's burst slowed from deciding the result; it applies to the peers alike.
+    ``barrier()`` synchronises the ranks and ``slowest(seconds)`` is the largest over them."""
     for call in calls.values():
         for _ in range(warmup):
             call()
@@ -348,11 +363,11 @@ def _interleaved(world: _World, calls: dict, iterations: int, warmup: int) -> di
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
             call = calls[name]
-            world.barrier()
+            barrier()
             start = time.perf_counter()
             for _ in range(block):
                 call()
-            per_call[name].append(world.reduce_scalar(time.perf_counter() - start, "max") / block)
+            per_call[name].append(slowest(time.perf_counter() - start) / block)
     return {name: float(np.median(times)) for name, times in per_call.items()}
 
 
@@ -400,7 +415,9 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
                     world.synchronize()
             return call
 
-        seconds = _interleaved(world, {name: call_of(name) for name in names}, iterations, warmup)
+        seconds = _interleaved({name: call_of(name) for name in names}, iterations, warmup,
+                               barrier=world.barrier,
+                               slowest=lambda t: world.reduce_scalar(t, "max"))
         wrong = {name: int(world.reduce_scalar(float((outs[name] != expected).sum()), "sum"))
                  for name in names}
         return [Row(arrays.nbytes(x), len(x), dtype, op, name, seconds[name], world.size,

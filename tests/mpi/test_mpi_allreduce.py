@@ -169,7 +169,6 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
     report at least size - 1 ms: sleep never returns early)."""
     from allreduce import bench
 
-    bench_world = bench._World(torch_peer=False)
     order: list[str] = []
     counts = {"a": 0, "b": 0, "c": 0}
 
@@ -180,8 +179,8 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
             time.sleep(world.rank / 1000)
         return call
 
-    seconds = bench._interleaved(bench_world, {n: call_of(n) for n in "abc"}, iterations=7,
-                                 warmup=2)
+    seconds = bench._interleaved({n: call_of(n) for n in "abc"}, 7, 2, barrier=world.Barrier,
+                                 slowest=lambda t: world.allreduce(t, op=MPI.MAX))
     timed = order[3 * 2:]  # after each call's warm-up
     blocks = [7 // 5 + (i < 7 % 5) for i in range(5)]  # 2, 2, 1, 1, 1
     expected = []
