@@ -356,6 +356,8 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
         for _ in range(warmup):
             call()
     names = list(calls)
+    if not names:
+        return {}
     rounds = max(1, min(ROUNDS, iterations))
     per_call: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds):

@@ -188,7 +188,8 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
         shift = index % 3
         for name in ("abc"[shift:] + "abc"[:shift]):
             expected += [name] * block
-    ok = (counts == {"a": 9, "b": 9, "c": 9} and timed == expected
+    nothing = bench._interleaved({}, 7, 2, barrier=world.Barrier, slowest=lambda t: t)
+    ok = (counts == {"a": 9, "b": 9, "c": 9} and timed == expected and nothing == {}
           and all(s >= (world.size - 1) / 1000 for s in seconds.values())
           and len(set(world.allgather(tuple(sorted(seconds.items()))))) == 1)
     assert_on_all_ranks(world, ok, f"counts {counts}, order {timed}, seconds {seconds}")
