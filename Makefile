@@ -44,8 +44,8 @@ student: $(STAMP)
 	$(BIN)/allreduce-student labs/*.ipynb --out student
 
 grade: $(STAMP)
-	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=scores.csv]"; exit 2; }
-	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),scores.csv)"
+	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=scores.csv] [JOBS=1]"; exit 2; }
+	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),scores.csv)" --jobs "$(or $(JOBS),1)"
 
 BENCH_RANKS ?= 4
 BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,pipelined_ring,rabenseifner,recursive_doubling,auto

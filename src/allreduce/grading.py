@@ -20,7 +20,8 @@ folder, with a timeout per cell and for the whole run.  E scores the fraction of
 cells that pass.  So a submission that hangs, deadlocks the engines, kills its kernel or
 deletes files loses that exercise only; it never sees the key's path; and every process it
 started is killed afterwards (they are found by a token in their environment).  The key is
-read once, and checked unchanged after every submission.
+read once, and checked unchanged after every run.  ``--jobs N`` runs N exercises side by
+side, each in its own folder, with its own engines and token.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -243,44 +246,62 @@ def run_exercise(graded, checks: list[int], *, cell_timeout: float, run_timeout:
     return Result(passed / len(checks), message, time.monotonic() - started)
 
 
-def grade(lab: Path, submissions: list[Path], *, cell_timeout: float = 60,
+def grade(lab: Path, submissions: list[Path], *, cell_timeout: float = 60, jobs: int = 1,
           progress=print) -> list[Submission]:
-    """Grade each submission against the instructor ``lab`` (see the module docstring)."""
+    """Grade each submission against the instructor ``lab`` (see the module docstring),
+    running up to ``jobs`` exercises at a time.  Each run has its own folder, engines and
+    kill token, so runs side by side are as isolated as runs in turn.  The key is checked
+    after every run; if it changed, it is put back and the submissions whose runs were in
+    flight are named."""
     nbformat = _nbformat()
     key_bytes = lab.read_bytes()
     key_digest = hashlib.sha256(key_bytes).hexdigest()
     key = nbformat.reads(key_bytes.decode(), as_version=4)
     names = exercises(key)
     texts = {path: path.read_bytes() for path in submissions}  # nobody can delete them later
-    graded: list[Submission] = []
-    for number, path in enumerate(submissions, 1):
-        submission = Submission(path.stem)
+    graded = [Submission(path.stem) for path in submissions]
+    lock = threading.Lock()
+    running: list[str] = []  # the submissions whose runs are in flight, once per run
+
+    def result_of(path: Path, exercise: str) -> Result:
         try:
             student = nbformat.reads(texts[path].decode(), as_version=4)
         except Exception as error:  # not a notebook at all
-            student = None
-            reason = f"not a readable notebook: {type(error).__name__}"
-        for exercise in names:
-            progress(f"[{number}/{len(submissions)}] {path.name}: {exercise} ...", end=" ",
-                     flush=True)
-            if student is None:
-                result = Result(0.0, reason)
-            else:
-                try:
-                    notebook, checks = graded_notebook(key, student, exercise)
-                except LookupError as error:
-                    result = Result(0.0, str(error))
-                else:
-                    code_cells = sum(c.cell_type == "code" for c in notebook.cells)
-                    result = run_exercise(notebook, checks, cell_timeout=cell_timeout,
-                                          run_timeout=cell_timeout * code_cells + 60)
-            submission.results[exercise] = result
-            progress(f"{result.score:.0%} ({result.seconds:.0f} s)" +
-                     (f": {result.message}" if result.message else ""))
-        graded.append(submission)
-        if not lab.exists() or hashlib.sha256(lab.read_bytes()).hexdigest() != key_digest:
-            lab.write_bytes(key_bytes)  # put the key back and say so
-            progress(f"warning: the key {lab} changed while grading {path.name}; restored")
+            return Result(0.0, f"not a readable notebook: {type(error).__name__}")
+        try:
+            notebook, checks = graded_notebook(key, student, exercise)
+        except LookupError as error:
+            return Result(0.0, str(error))
+        code_cells = sum(c.cell_type == "code" for c in notebook.cells)
+        return run_exercise(notebook, checks, cell_timeout=cell_timeout,
+                            run_timeout=cell_timeout * code_cells + 60)
+
+    def run(number: int, path: Path, exercise: str) -> None:
+        with lock:
+            running.append(path.name)
+        try:
+            result = result_of(path, exercise)
+        finally:
+            with lock:
+                suspects = sorted(set(running))
+                running.remove(path.name)
+        with lock:
+            graded[number - 1].results[exercise] = result
+            progress(f"[{number}/{len(submissions)}] {path.name}: {exercise} "
+                     f"{result.score:.0%} ({result.seconds:.0f} s)"
+                     + (f": {result.message}" if result.message else ""), flush=True)
+            if not lab.exists() or hashlib.sha256(lab.read_bytes()).hexdigest() != key_digest:
+                lab.write_bytes(key_bytes)  # put the key back and say so
+                progress(f"warning: the key {lab} changed while grading "
+                         f"{' or '.join(suspects)}; restored", flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        runs = [pool.submit(run, number, path, exercise)
+                for number, path in enumerate(submissions, 1) for exercise in names]
+        for finished in runs:
+            finished.result()
+    for submission in graded:  # the lab's order, whatever order the runs finished in
+        submission.results = {name: submission.results[name] for name in names}
     return graded
 
 
@@ -309,7 +330,7 @@ def summary(graded: list[Submission], exercise_names: list[str]) -> str:
 
 
 def grade_main(argv: list[str] | None = None) -> int:
-    """``allreduce-grade LAB SUBMISSIONS [--out scores.csv] [--cell-timeout S]``."""
+    """``allreduce-grade LAB SUBMISSIONS [--out scores.csv] [--cell-timeout S] [--jobs N]``."""
     parser = argparse.ArgumentParser(
         prog="allreduce-grade",
         description="Grade student notebooks against the instructor lab with nbval.")
@@ -318,6 +339,9 @@ def grade_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("scores.csv"), help="CSV to write")
     parser.add_argument("--cell-timeout", type=float, default=60,
                         help="seconds one cell may run (default 60)")
+    parser.add_argument("--jobs", "-j", type=int, default=1,
+                        help="exercises graded at a time (default 1); each run starts its own "
+                             "engines, so allow their cores")
     args = parser.parse_args(argv)
     if not args.lab.is_file():
         parser.error(f"no such lab: {args.lab}")
@@ -326,7 +350,7 @@ def grade_main(argv: list[str] | None = None) -> int:
     submissions = sorted(p for p in args.submissions.glob("*.ipynb") if p.resolve() != args.lab.resolve())
     if not submissions:
         parser.error(f"no notebooks (*.ipynb) in {args.submissions}")
-    graded = grade(args.lab, submissions, cell_timeout=args.cell_timeout)
+    graded = grade(args.lab, submissions, cell_timeout=args.cell_timeout, jobs=args.jobs)
     names = exercises(_nbformat().read(args.lab, as_version=4))
     write_scores(graded, names, args.out)
     print(summary(graded, names))
