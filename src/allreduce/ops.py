@@ -78,7 +78,7 @@ def combine(op: Op, inout, incoming, *, incoming_first: bool = False, source=Non
     With ``source``, the slice is copied into ``inout`` and then reduced in place, rather
     than reduced into ``inout`` from two other arrays in one call: on the course's machine
     (numpy 2.4, float32, 256 KiB to 16 MiB) the three-array form ran at half the speed of
-    the in-place one, and the copy plus the in-place form beat it by 1.2–2×.  The copy
+    the in-place one, and the copy plus the in-place form beat it by 1.1–2×.  The copy
     happens just before the reduction, so the slice is still in cache when it is reduced.
     """
     function = _function(op, inout)

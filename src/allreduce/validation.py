@@ -268,7 +268,7 @@ def in_band_terms(algorithm: str, p: int, nbytes: int) -> Terms:
 
     Recursive doubling of at most :data:`IN_BAND_LIMIT` bytes carries the header in its own
     messages, which adds only the header's bytes; any other call first sends the header
-    alone by recursive doubling: ⌈lg p⌉ steps, and two more to fold a non-power of two."""
+    alone by recursive doubling: ⌊lg p⌋ steps, and two more to fold a non-power of two."""
     if p == 1:
         return Terms(0, 0, 0)
     participants = largest_power_of_two(p)
