@@ -144,3 +144,30 @@ def test_student_copy_scores_zero_with_the_stub_message(root, tmp_path, name):
     for exercise, result in graded.results.items():
         assert result.score == 0.0
         assert f"NotImplementedError: exercise {exercise}" in result.message, result.message
+
+
+def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path, key):
+    """Ctrl-C on `allreduce-grade --jobs 2` while both runs hang: the grader exits within
+    seconds (it does not wait out the cell timeouts) and leaves no engines behind."""
+    import os
+    import signal
+    import time
+
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    hang = {"reduce_scatter": lambda s: "import time\ntime.sleep(600)"}
+    _variant(key, folder, "a_hangs", hang)
+    _variant(key, folder, "b_hangs", hang)
+    grader = subprocess.Popen([venv_bin / "allreduce-grade", root / LAB, folder, "--out",
+                               tmp_path / "scores.csv", "--jobs", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(15)  # both runs are now in the sleeping cell (engines take about 7 s)
+    assert grader.poll() is None, grader.communicate()
+    interrupted = time.monotonic()
+    os.kill(grader.pid, signal.SIGINT)
+    _, err = grader.communicate(timeout=60)
+    assert grader.returncode != 0 and "KeyboardInterrupt" in err
+    assert time.monotonic() - interrupted < 20, "the grader waited for its runs"
+    time.sleep(1)
+    leftover = subprocess.run(["pgrep", "-f", "ipengine"], capture_output=True, text=True)
+    assert not leftover.stdout.strip(), "interrupted grading left engines running"

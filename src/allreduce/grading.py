@@ -194,6 +194,9 @@ def _reason(text: str) -> str:
     return lines[-1][:400] if lines else "failed"
 
 
+_in_flight: set[str] = set()  # the tokens of the runs going on now, in any thread
+
+
 def run_exercise(graded, checks: list[int], *, cell_timeout: float, run_timeout: float) -> Result:
     """Run one graded notebook with nbval in a fresh folder; score its check cells."""
     nbformat = _nbformat()
@@ -208,6 +211,7 @@ def run_exercise(graded, checks: list[int], *, cell_timeout: float, run_timeout:
                    "--nbval-cell-timeout", str(cell_timeout), "--junitxml", "report.xml",
                    "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(work), "-q"]
         env = dict(os.environ, **{TOKEN_VARIABLE: token}, PYTHONDONTWRITEBYTECODE="1")
+        _in_flight.add(token)
         try:
             subprocess.run(command, cwd=work, env=env, timeout=run_timeout,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -217,6 +221,7 @@ def run_exercise(graded, checks: list[int], *, cell_timeout: float, run_timeout:
                           time.monotonic() - started)
         finally:
             _kill_tagged(token)
+            _in_flight.discard(token)
         report = work / "report.xml"
         if not report.exists():
             return Result(0.0, "nbval wrote no report", time.monotonic() - started)
@@ -295,11 +300,19 @@ def grade(lab: Path, submissions: list[Path], *, cell_timeout: float = 60, jobs:
                 progress(f"warning: the key {lab} changed while grading "
                          f"{' or '.join(suspects)}; restored", flush=True)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         runs = [pool.submit(run, number, path, exercise)
                 for number, path in enumerate(submissions, 1) for exercise in names]
         for finished in runs:
             finished.result()
+    except BaseException:  # Ctrl-C, say: start nothing more, and end the runs in flight now
+        pool.shutdown(wait=False, cancel_futures=True)
+        for token in list(_in_flight):
+            _kill_tagged(token)
+        raise
+    finally:
+        pool.shutdown(wait=True)
     for submission in graded:  # the lab's order, whatever order the runs finished in
         submission.results = {name: submission.results[name] for name in names}
     return graded
