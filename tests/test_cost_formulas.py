@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from allreduce import chunk_bounds
-from allreduce.trace import record
+import allreduce
+from allreduce import chunk_bounds, cost
+from allreduce.trace import Trace, TracingCommunicator, record
+from allreduce.transports.threads import run_threads
+from allreduce.validation import IN_BAND_LIMIT, in_band_terms
 
 N = 5040  # divisible by 1..10
 
@@ -128,14 +132,6 @@ def test_a_whole_call_costs_the_algorithm_plus_its_in_band_check(algorithm, p):
     """What the benchmark's model counts for a call over MPI: cost.terms of the algorithm
     plus validation.in_band_terms of its check, against a trace of whole allreduce calls
     whose check travels in band (below and above IN_BAND_LIMIT for recursive doubling)."""
-    import numpy as np
-
-    import allreduce
-    from allreduce import cost
-    from allreduce.trace import Trace, TracingCommunicator
-    from allreduce.transports.threads import run_threads
-    from allreduce.validation import IN_BAND_LIMIT, in_band_terms
-
     for count in (840, (IN_BAND_LIMIT // 8 // 840 + 1) * 840):  # 840 = lcm(1, ..., 8)
         def body(comm):
             tracer = TracingCommunicator(comm, in_band=True)
