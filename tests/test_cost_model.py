@@ -10,8 +10,8 @@ from allreduce import cost
 from allreduce.trace import record
 
 N = 5040  # divisible by every p and server count below, so chunks are even
-ALGORITHMS = ["ring", "pipelined_ring", "rabenseifner", "recursive_doubling", "tree", "reduce_broadcast", "naive",
-              "parameter_server", "sharded_parameter_server"]
+ALGORITHMS = ["ring", "pipelined_ring", "rabenseifner", "recursive_doubling", "tree",
+              "reduce_broadcast", "naive", "parameter_server", "sharded_parameter_server"]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

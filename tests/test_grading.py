@@ -171,3 +171,12 @@ def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path,
     time.sleep(1)
     leftover = subprocess.run(["pgrep", "-f", "ipengine"], capture_output=True, text=True)
     assert not leftover.stdout.strip(), "interrupted grading left engines running"
+
+
+def test_a_file_that_is_not_a_notebook_scores_zero_with_the_reason(root, tmp_path):
+    (tmp_path / "garbage.ipynb").write_text("not json")
+    (graded,) = grading.grade(root / LAB, [tmp_path / "garbage.ipynb"], jobs=2,
+                              progress=lambda *a, **k: None)
+    assert list(graded.results) == ["reduce_scatter", "allgather"]
+    for result in graded.results.values():
+        assert result.score == 0 and result.message.startswith("not a readable notebook")

@@ -23,8 +23,8 @@ PEER = "MPI_Allreduce"
 
 @dataclass(frozen=True)
 class Timing:
-    """``seconds``: mean time of one call on the slowest rank; ``wrong``: elements of the
-    last result that differ from MPI_Allreduce's (summed over ranks)."""
+    """``seconds``: time of one call on the slowest rank (:func:`_interleaved`); ``wrong``:
+    elements of the last result that differ from MPI_Allreduce's (summed over ranks)."""
 
     seconds: float
     wrong: int
@@ -47,29 +47,37 @@ def _slowest(comm, seconds: float) -> float:
     return comm.allreduce(seconds, op=MPI.MAX)
 
 
-def _allreduce_call(comm, algorithm: str, x, out):
-    """A function that runs one allreduce of ``x`` into ``out``: ``algorithm`` from the
-    library, or the MPI library's own (:data:`PEER`)."""
+def time_allreduces(comm, algorithms: list[str], count: int, *, dtype: str = "float32",
+                    iterations: int = 10, warmup: int = 2) -> dict[str, Timing]:
+    """Time each of ``algorithms`` (names in :data:`allreduce.ALGORITHMS`, or
+    ``"MPI_Allreduce"``) on ``count`` elements per rank of ``comm`` (an ``mpi4py``
+    communicator), in interleaved rounds (:func:`_interleaved`), and check each result."""
     import allreduce
 
-    if algorithm == PEER:
-        return lambda: comm.Allreduce(x, out)
-    return lambda: allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
+    from .testing import exact_input
+
+    x = exact_input(comm.rank, count, dtype, "sum")  # small integers: exact in any order
+    expected = np.empty_like(x)
+    comm.Allreduce(x, expected)
+    outs = {name: np.empty_like(x) for name in algorithms}
+
+    def call_of(name: str):
+        out = outs[name]
+        if name == PEER:
+            return lambda: comm.Allreduce(x, out)
+        return lambda: allreduce.allreduce(x, comm, algorithm=name, out=out)
+
+    seconds = _interleaved({name: call_of(name) for name in algorithms}, iterations, warmup,
+                           barrier=comm.Barrier, slowest=lambda t: _slowest(comm, t))
+    return {name: Timing(seconds[name], comm.allreduce(int(np.count_nonzero(outs[name] != expected))))
+            for name in algorithms}
 
 
 def time_allreduce(comm, algorithm: str, count: int, *, dtype: str = "float32",
                    iterations: int = 10, warmup: int = 2) -> Timing:
-    """Time ``algorithm`` (a name in :data:`allreduce.ALGORITHMS`, or ``"MPI_Allreduce"``)
-    on ``count`` elements per rank of ``comm`` (an ``mpi4py`` communicator)."""
-    from .testing import exact_input
-
-    x = exact_input(comm.rank, count, dtype, "sum")  # small integers: exact in any order
-    out = np.empty_like(x)
-    seconds = _mean_time(_allreduce_call(comm, algorithm, x, out), comm.Barrier, iterations, warmup)
-    expected = np.empty_like(x)
-    comm.Allreduce(x, expected)
-    wrong = comm.allreduce(int(np.count_nonzero(out != expected)))
-    return Timing(_slowest(comm, seconds), wrong)
+    """:func:`time_allreduces` for one algorithm."""
+    return time_allreduces(comm, [algorithm], count, dtype=dtype, iterations=iterations,
+                           warmup=warmup)[algorithm]
 
 
 def time_sendrecv(comm, nbytes: int, *, iterations: int = 20, warmup: int = 3) -> float:
@@ -123,25 +131,15 @@ def sweep(comm, algorithms: list[str], sizes: list[int], *, iterations: int = 5)
     of wrong elements in ``wrong``).  Collective; every rank gets the same dict."""
     from mpi4py import MPI
 
-    from .testing import exact_input
-
     result = {"ranks": comm.size, "sizes": sizes, "times": {}, "wrong": {},
               "pingpong": [time_pingpong(comm, n, iterations=2 * iterations) for n in sizes],
               "step": [time_sendrecv(comm, n, iterations=2 * iterations) for n in sizes],
               "add": [comm.allreduce(time_reduce(n), op=MPI.MAX) for n in sizes]}
+    # the algorithms of one size are timed together, in interleaved rounds
+    runs = [time_allreduces(comm, algorithms, n // 4, iterations=iterations) for n in sizes]
     for name in algorithms:
-        result["times"][name], result["wrong"][name] = [], []
-    for nbytes in sizes:  # the algorithms of one size in interleaved rounds, as the benchmark
-        x = exact_input(comm.rank, nbytes // 4, "float32", "sum")  # exact in any order
-        expected = np.empty_like(x)
-        comm.Allreduce(x, expected)
-        outs = {name: np.empty_like(x) for name in algorithms}
-        seconds = _interleaved({name: _allreduce_call(comm, name, x, outs[name])
-                                for name in algorithms}, iterations, 2,
-                               barrier=comm.Barrier, slowest=lambda t: _slowest(comm, t))
-        for name in algorithms:
-            result["times"][name].append(seconds[name])
-            result["wrong"][name].append(comm.allreduce(int(np.count_nonzero(outs[name] != expected))))
+        result["times"][name] = [run[name].seconds for run in runs]
+        result["wrong"][name] = [run[name].wrong for run in runs]
     return result
 
 

@@ -263,16 +263,20 @@ def grade(lab: Path, submissions: list[Path], *, cell_timeout: float = 60, jobs:
     key_digest = hashlib.sha256(key_bytes).hexdigest()
     key = nbformat.reads(key_bytes.decode(), as_version=4)
     names = exercises(key)
-    texts = {path: path.read_bytes() for path in submissions}  # nobody can delete them later
+    students = {}  # read now, once: nobody can delete them later
+    for path in submissions:
+        try:
+            students[path] = nbformat.reads(path.read_bytes().decode(), as_version=4)
+        except Exception as error:  # not a notebook at all
+            students[path] = Result(0.0, f"not a readable notebook: {type(error).__name__}")
     graded = [Submission(path.stem) for path in submissions]
     lock = threading.Lock()
     running: list[str] = []  # the submissions whose runs are in flight, once per run
 
     def result_of(path: Path, exercise: str) -> Result:
-        try:
-            student = nbformat.reads(texts[path].decode(), as_version=4)
-        except Exception as error:  # not a notebook at all
-            return Result(0.0, f"not a readable notebook: {type(error).__name__}")
+        student = students[path]
+        if isinstance(student, Result):
+            return student
         try:
             notebook, checks = graded_notebook(key, student, exercise)
         except LookupError as error:
