@@ -79,7 +79,7 @@ def test_fit_model_recovers_times_made_by_a_model():
         for nbytes in (1 << 10, 1 << 16, 1 << 22):
             run_as = bench.call_terms(bench.Row(nbytes, nbytes // 4, "float32", "sum", name, 1.0, 4, 0)) \
                 if name != "MPI_Allreduce" else cost.Terms(1, nbytes, 0)
-            seconds = (run_as.steps * truth.alpha + run_as.sent * truth.beta
+            seconds = (run_as.steps * truth.alpha + run_as.bytes * truth.beta
                        + run_as.reduced * truth.gamma)
             rows.append(bench.Row(nbytes, nbytes // 4, "float32", "sum", name, seconds, 4, 0))
     model, annotated = bench.fit_model(rows, ["MPI_Allreduce"])

@@ -14,7 +14,8 @@ Run it with ``.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py script.py``.
 
 from .algorithms._schedule import chunk_bounds
 from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
-from .comm import Communicator, as_communicator
+from .comm import Communicator
+from .transports import as_communicator
 from .ops import DTYPES, OP_NAMES, OPS
 
 __all__ = [

@@ -10,7 +10,8 @@ from .algorithms import READS_SOURCE, REGISTRY, SHARDED
 from .algorithms.auto import choose
 from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
-from .comm import Communicator, as_communicator
+from .comm import Communicator
+from .transports import as_communicator
 from .ops import OPS, finish
 from .validation import IN_BAND_LIMIT, agree, agree_in_band, describe
 

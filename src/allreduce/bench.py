@@ -477,7 +477,7 @@ def fit_model(rows: list[Row], peers: list[str], *, in_band: bool = True):
         if row.name in peers or row.ranks == 1:
             return None
         t = call_terms(row, in_band=in_band)
-        return t.steps * model.alpha + t.sent * model.beta + t.reduced * model.gamma
+        return t.steps * model.alpha + t.bytes * model.beta + t.reduced * model.gamma
 
     return model, [Row(**{**row.__dict__, "predicted": predict(row)}) for row in rows]
 
@@ -517,7 +517,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     from . import cost
     from .api import ALGORITHMS
-    from .comm import as_communicator
+    from .transports import as_communicator
 
     parser = argparse.ArgumentParser(
         prog="allreduce-bench",

@@ -12,12 +12,12 @@ scratch-buffer allocation.  Three transports implement it:
   process.  The book uses it to record traces at build time; the unit tests use it to
   check every algorithm at world sizes up to 16 in a second.
 
-:func:`as_communicator` turns whatever the user passed as ``comm`` into one of these.
+:func:`allreduce.transports.as_communicator` turns whatever the user passed as ``comm``
+into one of these.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -149,38 +149,3 @@ _scratch = threading.local()  # (dtype, device) → this thread's scratch buffer
 def release_scratch() -> None:
     """Free the scratch buffers that :meth:`Communicator.scratch` keeps for this thread."""
     _scratch.__dict__.clear()
-
-
-_TRANSPORTS: dict[type, type[Communicator]] = {}  # comm's type → the transport that wraps it
-
-
-def as_communicator(comm: Any) -> Communicator:
-    """Wrap ``comm`` in the matching transport.
-
-    ``comm`` may be an :class:`Communicator`, an mpi4py intracommunicator (``MPI.COMM_WORLD``
-    or one derived from it), or a torch.distributed ``ProcessGroup`` (``dist.group.WORLD``
-    or one from ``dist.new_group``).  Anything else is a ``TypeError``.
-    """
-    if isinstance(comm, Communicator):
-        return comm
-    transport = _TRANSPORTS.get(type(comm))
-    if transport is not None:
-        return transport(comm)
-    module = type(comm).__module__
-    if module.startswith("mpi4py") and "mpi4py.MPI" in sys.modules:
-        from .transports.mpi import MPICommunicator
-
-        _TRANSPORTS[type(comm)] = MPICommunicator  # later calls skip the import machinery
-        return MPICommunicator(comm)
-    if "torch.distributed" in sys.modules:
-        import torch.distributed as dist
-
-        if isinstance(comm, dist.ProcessGroup):
-            from .transports.torchdist import TorchCommunicator
-
-            _TRANSPORTS[type(comm)] = TorchCommunicator
-            return TorchCommunicator(comm)
-    raise TypeError(
-        "comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), a torch.distributed "
-        f"ProcessGroup (e.g. dist.group.WORLD) or an allreduce.Communicator; got {type(comm).__name__}"
-    )

@@ -1,15 +1,21 @@
 """The α-β-γ cost model: how long an allreduce of ``n`` bytes on ``p`` ranks should take.
 
 Taught in the chapter "Why gradients must be aggregated" (and used by every algorithm
-chapter).  A message of ``m`` bytes costs ``α + m·β``; reducing ``m`` bytes costs ``m·γ``.
-An algorithm's time is
+chapter).  A message of ``m`` bytes costs ``α + m·β`` on its sender's and its receiver's
+ports (full duplex, single port: a rank sends one message and receives one at a time);
+reducing ``m`` bytes costs ``m·γ``.  An algorithm's time is
 
-    T = steps·α + (bytes the busiest rank sends)·β + (bytes it reduces)·γ,
+    T = steps·α + bytes·β + reduced·γ,
 
-and :func:`terms` gives those three counts for every algorithm in closed form (Thakur,
-Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009).  The test suite checks each closed form
-against the counts that :class:`~allreduce.trace.TracingCommunicator` records from the real
-code, so the formulas printed in the book are the code's.
+where each count is taken on the **critical path**: the finishing time of a replay of the
+algorithm's trace with (α, β, γ) = (1, 0, 0), (0, 1, 0) and (0, 0, 1)
+(:meth:`allreduce.trace.Trace.critical_path`).  A root that receives lg p buffers and then
+sends lg p is charged 2·lg p·n, not the lg p·n it sends.
+
+Each algorithm states its counts in closed form beside its code, as a :class:`Formula`
+(Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009); the algorithms' package
+registers them in :data:`FORMULAS`; the chapters render them with :meth:`Formula.latex`; the
+test suite checks each one against the replay of the real code's trace.
 
 :func:`fit` finds α, β and γ from measured times by least squares on the *relative* error:
 an ordinary fit is dominated by the largest messages and can give a negative α.
@@ -30,58 +36,120 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Terms:
-    """The counts in front of α, β and γ: ``steps``, and the busiest rank's bytes sent and
-    bytes reduced."""
+    """The counts in front of α, β and γ on the critical path: ``steps`` (messages in a
+    row), ``bytes`` (bytes through the busiest ports in a row) and ``reduced`` (bytes
+    reduced in a row)."""
 
     steps: float
-    sent: float
+    bytes: float
     reduced: float
 
     def __add__(self, other: Terms) -> Terms:
-        return Terms(self.steps + other.steps, self.sent + other.sent,
+        return Terms(self.steps + other.steps, self.bytes + other.bytes,
                      self.reduced + other.reduced)
 
 
-def _lg(p: int) -> int:
+def _lg(p: float) -> float:
+    return math.log2(p)
+
+
+def _clg(p: int) -> int:
     return math.ceil(math.log2(p)) if p > 1 else 0
 
 
-def terms(algorithm: str, p: int, n: float, *, servers: int | None = None) -> Terms:
-    """Cost terms of ``algorithm`` for ``n`` bytes on ``p`` ranks (``n`` divisible by ``p``
-    and by the servers for exact agreement with a trace; otherwise the chunk sizes round)."""
-    if p == 1:
-        return Terms(0, 0, 0)
-    q = 1 << (p.bit_length() - 1)  # the power of two the fold reduces to
-    folded = p != q  # non-powers of two pay one step of n before and one after
-    if algorithm == "ring":
-        return Terms(2 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n)
-    if algorithm == "pipelined_ring":  # each reduce-scatter step sends S segments
-        from .algorithms.pipelined_ring import segments
+def largest_power_of_two(p: int) -> int:
+    """2^⌊lg p⌋: the number of ranks a fold reduces ``p`` to."""
+    return 1 << (p.bit_length() - 1)
 
-        return Terms((p - 1) * (segments(math.ceil(n / p)) + 1), 2 * (p - 1) / p * n,
-                     (p - 1) / p * n)
-    if algorithm == "rabenseifner":
-        return Terms(2 * _lg(q) + 2 * folded, 2 * (q - 1) / q * n + folded * n,
-                     (q - 1) / q * n + folded * n)
-    if algorithm == "recursive_doubling":
-        return Terms(_lg(q) + 2 * folded, _lg(q) * n + folded * n, _lg(q) * n + folded * n)
-    if algorithm == "tree":
-        return Terms(2 * _lg(p), _lg(p) * n, _lg(p) * n)
-    if algorithm == "reduce_broadcast":
-        return Terms(2 * (p - 1), (p - 1) * n, (p - 1) * n)
-    if algorithm == "naive":
-        return Terms(p - 1, (p - 1) * n, (p - 1) * n)
-    if algorithm in ("parameter_server", "sharded_parameter_server"):
-        s = servers or (p if algorithm == "sharded_parameter_server" else 1)
-        # a server pushes its other shards out and takes p-1 pushes of its own shard in;
-        # then the reverse.  Sent: its shards to S-1 servers, its reduced shard to p-1 ranks.
-        return Terms(2 * (p - 1), (p - 1) * n / s + (s - 1) * n / s, (p - 1) * n / s)
-    raise ValueError(f"no cost formula for algorithm {algorithm!r}")
+
+@dataclass(frozen=True)
+class Formula:
+    """An algorithm's critical-path counts in closed form, as three expressions in Python
+    syntax, so that the model evaluates them (:meth:`terms`) and the book prints them
+    (:meth:`latex`) from the same text.
+
+    The expressions may use ``p`` (ranks), ``n`` (bytes per rank), ``q`` = 2^⌊lg p⌋ and
+    ``f`` = 1 when ``p`` ≠ ``q`` (for algorithms that fold onto a power of two), ``lg``
+    (log₂), ``clg`` (⌈log₂⌉), ``ceiling``, and the names in ``constants`` (fixed numbers,
+    such as a segment size) and ``options`` (a keyword option, the symbol it stands for, and
+    its default as an expression: the servers ``S`` of a parameter server)."""
+
+    steps: str
+    bytes: str
+    reduced: str
+    constants: tuple[tuple[str, float], ...] = ()
+    options: tuple[tuple[str, str, str], ...] = ()  # (keyword, symbol, default expression)
+
+    def _names(self, p: int, n: float, given: dict) -> dict:
+        q = largest_power_of_two(p)
+        names = {"p": p, "n": n, "q": q, "f": int(p != q), "lg": _lg, "clg": _clg,
+                 "ceiling": math.ceil, **dict(self.constants)}
+        for keyword, symbol, default in self.options:
+            value = given.pop(keyword, None)
+            names[symbol] = eval(default, {"__builtins__": {}}, names) if value is None else value
+        if given:
+            raise TypeError(f"unknown cost options {sorted(given)}")
+        return names
+
+    def terms(self, p: int, n: float, **options) -> Terms:
+        """The counts for ``n`` bytes on ``p`` ranks (exact when ``p`` divides ``n``)."""
+        names = self._names(p, n, dict(options))
+        return Terms(*(float(eval(e, {"__builtins__": {}}, names))
+                       for e in (self.steps, self.bytes, self.reduced)))
+
+    def latex(self, name: str = "", *, power_of_two: bool = False) -> str:
+        r"""The formula as LaTeX, ``T_\text{name} = …α + …β + …γ``; with
+        ``power_of_two``, simplified for p = 2^k (q = p, f = 0)."""
+        import sympy
+        from sympy.parsing.sympy_parser import parse_expr
+
+        class lg(sympy.Function):
+            def _latex(self, printer):
+                return r"\log_2 " + printer._print(self.args[0])
+
+        class clg(sympy.Function):
+            def _latex(self, printer):
+                return r"\lceil\log_2 " + printer._print(self.args[0]) + r"\rceil"
+
+        symbols = {s: sympy.Symbol(s) for s in ("p", "n", "q", "f")}
+        symbols |= {s: sympy.Symbol(s) for s, _ in self.constants}
+        symbols |= {s: sympy.Symbol(s) for _, s, _ in self.options}
+        local = {"lg": lg, "clg": clg, "ceiling": sympy.ceiling, **symbols}
+        parts = []
+        for text, unit in ((self.steps, r"\alpha"), (self.bytes, r"\beta"),
+                           (self.reduced, r"\gamma")):
+            if power_of_two:
+                expression = parse_expr(text, local_dict=local).subs(
+                    {symbols["q"]: symbols["p"], symbols["f"]: 0})
+                expression = sympy.factor(expression) if expression.free_symbols else expression
+            else:
+                expression = parse_expr(text, local_dict=local, evaluate=False)
+            if expression != 0:
+                text = sympy.latex(expression)
+                text = rf"\left({text}\right)" if isinstance(expression, sympy.Add) else text
+                parts.append(rf"{text}\,{unit}")
+        left = f"T_\\text{{{name}}} = " if name else ""
+        return left + (" + ".join(parts) or "0")
+
+
+#: Each algorithm's :class:`Formula`, registered by :mod:`allreduce.algorithms` from the
+#: modules that state them (the model reads the formulas; it does not import the code).
+FORMULAS: dict[str, Formula] = {}
+
+
+def terms(algorithm: str, p: int, n: float, **options) -> Terms:
+    """Critical-path counts of ``algorithm`` for ``n`` bytes on ``p`` ranks, from its
+    :class:`Formula` (``n`` divisible by ``p`` and by the servers for exact agreement
+    with a trace; otherwise the chunk sizes round)."""
+    if algorithm not in FORMULAS:
+        raise ValueError(f"no cost formula for algorithm {algorithm!r}")
+    return FORMULAS[algorithm].terms(p, n, **options)
 
 
 @dataclass(frozen=True)
 class Model:
-    """α in seconds per message, β in seconds per byte sent, γ in seconds per byte reduced."""
+    """α in seconds per message, β in seconds per byte through a port, γ in seconds per byte
+    reduced."""
 
     alpha: float
     beta: float
@@ -90,7 +158,7 @@ class Model:
     def time(self, algorithm: str, p: int, nbytes: float, **options) -> float:
         """Predicted seconds for one allreduce of ``nbytes`` bytes per rank."""
         t = terms(algorithm, p, nbytes, **options)
-        return t.steps * self.alpha + t.sent * self.beta + t.reduced * self.gamma
+        return t.steps * self.alpha + t.bytes * self.beta + t.reduced * self.gamma
 
     def message(self, nbytes: float) -> float:
         """Predicted seconds for one message of ``nbytes`` (α + n·β)."""
@@ -115,7 +183,7 @@ def fit(counts: Sequence[Terms], seconds: Sequence[float], *, gamma: bool = True
     """α, β (and γ) ≥ 0 minimising the squared *relative* error of ``counts`` against
     ``seconds``.  Non-negativity is enforced by trying every subset of the parameters
     (there are at most three) and keeping the best feasible fit."""
-    a = np.array([[c.steps, c.sent, c.reduced] for c in counts], dtype=float)
+    a = np.array([[c.steps, c.bytes, c.reduced] for c in counts], dtype=float)
     t = np.asarray(seconds, dtype=float)
     if len(a) != len(t) or len(t) == 0 or (t <= 0).any():
         raise ValueError("fit needs one positive time per measurement")

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import arrays
 from .comm import Communicator
+from .cost import Terms
 from .transports.threads import run_threads
 
 
@@ -115,7 +116,8 @@ class TracingCommunicator(Communicator):
                      source=None) -> None:
         self.inner.reduce_local(op, inout, incoming, incoming_first=incoming_first, source=source)
         self.events.append(Event("reduce", self.rank, count=arrays.count(inout),
-                                 offset=self._offset(inout), id=len(self.events),
+                                 nbytes=arrays.nbytes(inout), offset=self._offset(inout),
+                                 id=len(self.events),
                                  snapshot=self._copy()))
 
     def native(self, array):
@@ -172,17 +174,31 @@ class Trace:
     def steps(self) -> int:
         """Length of the critical path in steps, one step being one message time under the
         single-port, full-duplex model.  Empty messages take no time."""
-        return max(self.finish_times(), default=0)
+        return round(self.critical_path(alpha=1))
+
+    def critical_path(self, alpha: float = 0.0, beta: float = 0.0, gamma: float = 0.0) -> float:
+        """When the last rank finishes, replaying the logs as a discrete-event simulation in
+        which a message of ``m`` bytes occupies its sender's send port and its receiver's
+        receive port for ``α + m·β`` each, and a reduction of ``m`` bytes occupies its rank for
+        ``m·γ``.  With ``(1, 0, 0)`` this is the α-term (steps), with ``(0, 1, 0)`` the β-term
+        (bytes on the critical path), with ``(0, 0, 1)`` the γ-term."""
+        return max(self._replay(alpha, beta, gamma)[0], default=0.0)
+
+    def terms(self) -> Terms:
+        """The three counts of the α-β-γ model on the critical path: what a chapter's formula
+        must equal (:class:`allreduce.cost.Terms`, in bytes)."""
+        return Terms(self.critical_path(alpha=1), self.critical_path(beta=1),
+                     self.critical_path(gamma=1))
 
     def finish_times(self) -> list[int]:
         """When each rank finishes, in steps (see :meth:`steps`)."""
-        return self._replay()[0]
+        return [round(t) for t in self._replay(1, 0, 0)[0]]
 
     def event_times(self) -> list[list[int]]:
         """For every rank and every event of its log, the step at whose end the event is
         done: a send when it has left, a wait when its receives have arrived, a reduction
         when the data it combines is there (local work takes no steps in this model)."""
-        return self._replay()[1]
+        return [[round(t) for t in times] for times in self._replay(1, 0, 0)[1]]
 
     def messages(self) -> list[tuple[int, int, int, int | None, int]]:
         """Every non-empty message as ``(step, source, dest, offset, count)``, where
@@ -212,16 +228,25 @@ class Trace:
                     states[time:, rank] = event.snapshot
         return states
 
-    def _replay(self) -> tuple[list[int], list[list[int]]]:
-        departures: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    def _replay(self, alpha: float, beta: float,
+                gamma: float) -> tuple[list[float], list[list[float]]]:
+        """Each rank's finishing time and each event's time (see :meth:`critical_path`).
+        The k-th send from ``s`` to ``d`` with a tag matches the k-th receive at ``d`` from
+        ``s`` with that tag.  A send leaves when its rank and its send port are free; its
+        receive is done ``α + m·β`` after the receiver posted it and its receive port was
+        free, and never before the message left."""
+        def cost(event: Event) -> float:  # an empty message takes no time
+            return alpha + event.nbytes * beta if event.count else 0.0
+
+        departures: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
         received: dict[tuple[int, int, int], int] = defaultdict(int)
-        clock = [0] * self.size
-        send_port = [0] * self.size
-        recv_port = [0] * self.size
-        pending: list[dict[int, tuple[Event, int]]] = [{} for _ in range(self.size)]
+        clock = [0.0] * self.size
+        send_port = [0.0] * self.size
+        recv_port = [0.0] * self.size
+        pending: list[dict[int, tuple[Event, float]]] = [{} for _ in range(self.size)]
         position = [0] * self.size
         done = [False] * self.size
-        times: list[list[int]] = [[] for _ in range(self.size)]
+        times: list[list[float]] = [[] for _ in range(self.size)]
         while not all(done):
             progressed = False
             for rank in range(self.size):
@@ -229,10 +254,11 @@ class Trace:
                 while position[rank] < len(log):
                     event = log[position[rank]]
                     if event.kind == "send":
-                        departure = clock[rank]  # an empty message takes no time
+                        departure = clock[rank]
                         if event.count:
-                            departure = send_port[rank] = max(clock[rank], send_port[rank]) + 1
-                        departures[rank, event.peer, event.tag].append(departure)
+                            departure = send_port[rank] = (max(clock[rank], send_port[rank])
+                                                           + cost(event))
+                        departures[rank, event.peer, event.tag].append((departure, cost(event)))
                         pending[rank][event.id] = (event, departure)
                         times[rank].append(departure)
                         position[rank] += 1
@@ -244,6 +270,8 @@ class Trace:
                         if not self._complete(rank, event, pending, departures, received,
                                               clock, recv_port):
                             break  # the matching send has not been replayed yet
+                    elif event.kind == "reduce":
+                        clock[rank] += event.nbytes * gamma
                     times[rank].append(clock[rank])
                     position[rank] += 1
                     progressed = True
@@ -267,11 +295,11 @@ class Trace:
             taken[key] += 1
             if index >= len(departures[key]):
                 return False
-            receives.append((key, event, posted, departures[key][index]))
-        for key, event, posted, departure in receives:
+            receives.append((key, posted, *departures[key][index]))
+        for key, posted, departure, cost in receives:
             received[key] += 1
-            if event.count:
-                recv_port[rank] = max(max(posted, recv_port[rank]) + 1, departure)
+            if cost:
+                recv_port[rank] = max(max(posted, recv_port[rank]) + cost, departure)
                 finish = max(finish, recv_port[rank])
             else:
                 finish = max(finish, departure)

@@ -213,7 +213,7 @@ def train(comm=None, *, algorithm: str = "auto", average: Callable | str = "per_
     :func:`attach_hooks` for ``"overlap"`` (the capstone lab's exercise)."""
     import torch
 
-    from .comm import as_communicator
+    from .transports import as_communicator
 
     torch.set_num_threads(1)
     communicator = None if comm is None else as_communicator(comm)

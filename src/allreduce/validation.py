@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import arrays
-from .algorithms._schedule import PowerOfTwoFold, largest_power_of_two
+from .algorithms._schedule import PowerOfTwoFold
 from .comm import Communicator
-from .cost import Terms
+from .cost import Terms, largest_power_of_two
 from .ops import DTYPES, OP_NAMES, Op, check_op_for_dtype
 
 _ERROR_TYPES = {1: TypeError, 2: ValueError}
@@ -268,17 +268,19 @@ def in_band_terms(algorithm: str, p: int, nbytes: int) -> Terms:
 
     Recursive doubling of at most :data:`IN_BAND_LIMIT` bytes carries the header in its own
     messages, which adds only the header's bytes; any other call first sends the header
-    alone by recursive doubling: ⌊lg p⌋ steps, and two more to fold a non-power of two."""
+    alone by recursive doubling: ⌊lg p⌋ steps, and two more to fold a non-power of two.
+    Bytes are on the critical path: a folding rank receives the header, runs the rounds,
+    and sends it back."""
     if p == 1:
         return Terms(0, 0, 0)
     participants = largest_power_of_two(p)
     folded = p != participants
     rounds = participants.bit_length() - 1
     header_bytes = 2 * SIGNATURE_LENGTH * np.dtype(np.int64).itemsize  # [s, −s]
-    sent = (rounds + folded) * header_bytes  # the busiest rank: a folding odd rank
+    carried = (rounds + 2 * folded) * header_bytes
     if algorithm == "recursive_doubling" and nbytes <= IN_BAND_LIMIT:
-        return Terms(0, sent, 0)
-    return Terms(rounds + 2 * folded, sent, 0)
+        return Terms(0, carried, 0)
+    return Terms(rounds + 2 * folded, carried, 0)
 
 
 def _raise_for(comm: Communicator, call: CallDescription) -> None:

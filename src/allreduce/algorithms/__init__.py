@@ -6,28 +6,38 @@ contiguous buffer ``buf`` in place.  :data:`REGISTRY` maps the public names, in 
 book teaches them, to these functions.
 """
 
+from .. import cost
+from . import (naive, parameter_server, pipelined_ring, rabenseifner, recursive_doubling,
+               reduce_broadcast, ring, tree)
 from .auto import auto
-from .naive import naive
-from .parameter_server import parameter_server, sharded_parameter_server
-from .pipelined_ring import pipelined_ring
-from .rabenseifner import rabenseifner
-from .recursive_doubling import recursive_doubling
-from .reduce_broadcast import reduce_broadcast
-from .ring import ring
-from .tree import tree
 
 REGISTRY = {
-    "parameter_server": parameter_server,
-    "sharded_parameter_server": sharded_parameter_server,
-    "naive": naive,
-    "reduce_broadcast": reduce_broadcast,
-    "tree": tree,
-    "recursive_doubling": recursive_doubling,
-    "ring": ring,
-    "pipelined_ring": pipelined_ring,
-    "rabenseifner": rabenseifner,
+    "parameter_server": parameter_server.parameter_server,
+    "sharded_parameter_server": parameter_server.sharded_parameter_server,
+    "naive": naive.naive,
+    "reduce_broadcast": reduce_broadcast.reduce_broadcast,
+    "tree": tree.tree,
+    "recursive_doubling": recursive_doubling.recursive_doubling,
+    "ring": ring.ring,
+    "pipelined_ring": pipelined_ring.pipelined_ring,
+    "rabenseifner": rabenseifner.rabenseifner,
     "auto": auto,
 }
+
+#: Each algorithm's critical-path formula, stated in its module beside its code; the cost
+#: model reads them from here (:data:`allreduce.cost.FORMULAS`).
+FORMULAS = {
+    "parameter_server": parameter_server.COST,
+    "sharded_parameter_server": parameter_server.SHARDED_COST,
+    "naive": naive.COST,
+    "reduce_broadcast": reduce_broadcast.COST,
+    "tree": tree.COST,
+    "recursive_doubling": recursive_doubling.COST,
+    "ring": ring.COST,
+    "pipelined_ring": pipelined_ring.COST,
+    "rabenseifner": rabenseifner.COST,
+}
+cost.FORMULAS.update(FORMULAS)
 
 #: Algorithms that can read their input from a separate array (``source=``), which saves
 #: the library copying the input into the result before they start.

@@ -9,6 +9,7 @@ server.
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import largest_power_of_two
 from ..ops import Op
 
 
@@ -37,11 +38,6 @@ def right(comm: Communicator) -> int:
 def left(comm: Communicator) -> int:
     """The previous rank around the ring."""
     return (comm.rank - 1) % comm.size
-
-
-def largest_power_of_two(n: int) -> int:
-    """The largest power of two that is at most ``n`` (``n >= 1``)."""
-    return 1 << (n.bit_length() - 1)
 
 
 class PowerOfTwoFold:

@@ -5,14 +5,17 @@ Taught in the chapter "Naive allreduce".  After one all-to-all exchange each ran
 Rank ``r`` sends to ``r + k`` and receives from ``r - k`` in turn ``k`` (a shift schedule),
 so no rank is sent two messages in one step.
 
-Cost: (p−1)·α + (p−1)·n·β + (p−1)·n·γ per rank, and p(p−1)·n bytes over the network in
-total: every byte crosses the network p−1 times.
+Cost (:data:`COST`): (p−1)·α + (p−1)·n·β + (p−1)·n·γ, and p(p−1)·n bytes over the network
+in total: every byte crosses the network p−1 times.
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
+
+COST = Formula(steps="p - 1", bytes="(p - 1)*n", reduced="(p - 1)*n")
 
 
 def naive(buf, comm: Communicator, op: Op) -> None:

@@ -7,16 +7,24 @@ sends its reduced shard back to every worker.  Transfers follow a shift schedule
 ``k``, rank ``r`` sends to ``r + k`` and receives from ``r - k``), so with one shard per rank
 no server is sent two messages in one step.
 
-Cost with S servers: the busiest server moves 2(p−1)·n/S elements, so
-2(p−1)·α + 2(p−1)·(n/S)·β + (p−1)·(n/S)·γ.  With one server that is the bottleneck the
+Cost with S servers (:data:`COST`): a server receives p−1 shards of n/S, then sends p−1,
+so 2(p−1)·α + 2(p−1)·(n/S)·β + (p−1)·(n/S)·γ (its own pushes to the other servers travel
+on its send port while its receive port is busy).  With one server that is the bottleneck the
 chapter measures; with S = p it is the bandwidth of the ring in p−1 steps per phase.
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
 from ._schedule import chunk_bounds
+
+COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)*n/S", reduced="(p - 1)*n/S",
+               options=(("servers", "S", "1"),))
+#: The same, with one shard per rank unless ``servers`` says otherwise.
+SHARDED_COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)*n/S", reduced="(p - 1)*n/S",
+                       options=(("servers", "S", "p"),))
 
 
 def parameter_server(buf, comm: Communicator, op: Op, servers: int = 1) -> None:

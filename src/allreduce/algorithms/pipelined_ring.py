@@ -9,7 +9,7 @@ Here the step posts the receives and sends of all ``S`` segments of its chunks a
 A chunk is cut into segments of at most :data:`SEGMENT_BYTES`; a small message has one
 segment and is exactly the ring.
 
-Cost in the α-β-γ model: (p−1)(S+1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ, with
+Cost in the α-β-γ model (:data:`COST`): (p−1)(S+1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ, with
 S = ⌈n/(p·SEGMENT_BYTES)⌉: more messages than the ring and the same bytes.  The model adds
 the terms, so it can only rank this below the ring; what pipelining buys, overlapping
 transfer and reduction, is exactly what an additive model leaves out.  It pays where the
@@ -22,12 +22,17 @@ from __future__ import annotations
 
 from ..arrays import nbytes
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
 from ._schedule import chunk_bounds, left, right
 from .ring import allgather
 
 #: The largest segment, in bytes.
 SEGMENT_BYTES = 256 * 1024
+
+#: S = ⌈n/(p·B)⌉ segments per reduce-scatter step, one message each; the ring's bytes.
+COST = Formula(steps="(p - 1)*(ceiling(n/(p*B)) + 1)", bytes="2*(p - 1)/p*n",
+               reduced="(p - 1)/p*n", constants=(("B", SEGMENT_BYTES),))
 
 
 def segments(chunk_bytes: int) -> int:

@@ -6,15 +6,22 @@ receives; after lg p rounds rank ``v`` holds chunk ``v`` reduced.  The all-gathe
 the rounds in reverse, doubling the range each time.  Other rank counts are folded onto a
 power of two first (:class:`~allreduce.algorithms._schedule.PowerOfTwoFold`).
 
-Cost: 2·lg p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ for a power of two (Rabenseifner 2004;
-Thakur, Rabenseifner & Gropp 2005): the ring's bandwidth term with the tree's step count.
+Cost (:data:`COST`): 2·lg p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ for a power of two
+(Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005): the ring's bandwidth term with the
+tree's step count.  Folded, q = 2^⌊lg p⌋ ranks run it and the fold adds two steps of n
+bytes and one reduction of n: (2(q−1)/q + 2)·n·β, as MPICH's
+``allreduce_intra_reduce_scatter_allgather.c`` states.
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
 from ._schedule import PowerOfTwoFold, span_bounds
+
+COST = Formula(steps="2*lg(q) + 2*f", bytes="2*(q - 1)/q*n + 2*f*n",
+               reduced="(q - 1)/q*n + f*n")
 
 
 def rabenseifner(buf, comm: Communicator, op: Op, *, source=None) -> None:

@@ -5,16 +5,20 @@ with the rank whose bit ``k`` differs and reduces: after lg p rounds every rank 
 total.  A number of ranks that is not a power of two is first folded onto one
 (:class:`~allreduce.algorithms._schedule.PowerOfTwoFold`), at two extra steps.
 
-Cost: ⌈lg p⌉·α + ⌈lg p⌉·n·(β + γ) for a power of two (Thakur, Rabenseifner & Gropp 2005).
-The fewest steps of any algorithm here, and the most bytes per rank: the choice for tiny
-messages.
+Cost (:data:`COST`): lg p·α + lg p·n·(β + γ) for a power of two (Thakur, Rabenseifner &
+Gropp 2005); folded, lg q rounds plus two steps of n bytes and one reduction of n.  The
+fewest steps of any algorithm here for a power of two, and lg p·n bytes per rank: the
+choice for tiny messages.
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
 from ._schedule import PowerOfTwoFold
+
+COST = Formula(steps="lg(q) + 2*f", bytes="lg(q)*n + 2*f*n", reduced="lg(q)*n + f*n")
 
 
 def recursive_doubling(buf, comm: Communicator, op: Op, *, source=None) -> None:

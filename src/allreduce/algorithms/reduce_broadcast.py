@@ -5,15 +5,18 @@ reduces them one after another (:func:`reduce`); rank 0 then sends the result to
 rank, one after another (:func:`broadcast`).  Everything passes through one rank, whose
 link carries 2(p−1)·n elements.
 
-Cost: 2(p−1)·α + 2(p−1)·n·β + (p−1)·n·γ.
+Cost (:data:`COST`): 2(p−1)·α + 2(p−1)·n·β + (p−1)·n·γ.
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
 
 ROOT = 0
+
+COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)*n", reduced="(p - 1)*n")
 
 
 def reduce(buf, comm: Communicator, op: Op, scratch) -> None:

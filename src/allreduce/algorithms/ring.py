@@ -6,15 +6,19 @@ each of ``p - 1`` reduce-scatter steps every rank sends one chunk to its right n
 adds the chunk it receives from its left neighbour; afterwards rank ``r`` holds chunk ``r``
 fully reduced.  ``p - 1`` all-gather steps then pass the finished chunks around the ring.
 
-Cost: 2(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ, which meets the bandwidth lower bound
-2·(p−1)/p·n·β for allreduce (Patarasuk & Yuan 2009).
+Cost (:data:`COST`): 2(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ, which meets the bandwidth
+lower bound 2·(p−1)/p·n·β for allreduce (Patarasuk & Yuan 2009).
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
 from ._schedule import chunk_bounds, left, right
+
+#: Each step sends n/p bytes and receives n/p; p−1 steps of each phase.
+COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)/p*n", reduced="(p - 1)/p*n")
 
 
 def reduce_scatter(buf, comm: Communicator, op: Op, *, source=None) -> tuple[int, int]:

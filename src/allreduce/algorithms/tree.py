@@ -4,14 +4,18 @@ Taught in the chapter "Tree allreduce".  In round ``k`` of the reduce, every ran
 ``k`` is set sends its partial result to the rank with that bit cleared and drops out; after
 ⌈lg p⌉ rounds rank 0 holds the total.  The broadcast runs the same tree backwards.
 
-Cost: 2·⌈lg p⌉·α + 2·⌈lg p⌉·n·β + ⌈lg p⌉·n·γ.  Few steps, so it wins on small messages;
-every step carries the whole buffer, so it loses on large ones.
+Cost (:data:`COST`): 2·⌈lg p⌉·α + 2·⌈lg p⌉·n·β + ⌈lg p⌉·n·γ: rank 0 receives ⌈lg p⌉
+buffers, one a round, then sends ⌈lg p⌉.  Few steps, so it wins on small messages; every
+step carries the whole buffer, so it loses on large ones.
 """
 
 from __future__ import annotations
 
 from ..comm import Communicator
+from ..cost import Formula
 from ..ops import Op
+
+COST = Formula(steps="2*clg(p)", bytes="2*clg(p)*n", reduced="clg(p)*n")
 
 
 def binomial_reduce(buf, comm: Communicator, op: Op, scratch) -> None:

@@ -1,1 +1,44 @@
-"""Transports: the implementations of :class:`allreduce.comm.Communicator`."""
+"""Transports: the implementations of :class:`allreduce.comm.Communicator`, and
+:func:`as_communicator`, which picks the one that wraps what the user passed.  Each transport
+is imported only when it is first needed (mpi4py and torch are optional)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..comm import Communicator
+
+_TRANSPORTS: dict[type, type[Communicator]] = {}  # comm's type → the transport that wraps it
+
+
+def as_communicator(comm: Any) -> Communicator:
+    """Wrap ``comm`` in the matching transport.
+
+    ``comm`` may be an :class:`Communicator`, an mpi4py intracommunicator (``MPI.COMM_WORLD``
+    or one derived from it), or a torch.distributed ``ProcessGroup`` (``dist.group.WORLD``
+    or one from ``dist.new_group``).  Anything else is a ``TypeError``.
+    """
+    if isinstance(comm, Communicator):
+        return comm
+    transport = _TRANSPORTS.get(type(comm))
+    if transport is not None:
+        return transport(comm)
+    module = type(comm).__module__
+    if module.startswith("mpi4py") and "mpi4py.MPI" in sys.modules:
+        from .mpi import MPICommunicator
+
+        _TRANSPORTS[type(comm)] = MPICommunicator  # later calls skip the import machinery
+        return MPICommunicator(comm)
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if isinstance(comm, dist.ProcessGroup):
+            from .torchdist import TorchCommunicator
+
+            _TRANSPORTS[type(comm)] = TorchCommunicator
+            return TorchCommunicator(comm)
+    raise TypeError(
+        "comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), a torch.distributed "
+        f"ProcessGroup (e.g. dist.group.WORLD) or an allreduce.Communicator; got {type(comm).__name__}"
+    )
