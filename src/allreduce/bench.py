@@ -461,8 +461,8 @@ def call_terms(row: Row, *, in_band: bool = True):
 
 
 def fit_model(rows: list[Row], peers: list[str], *, in_band: bool = True):
-    """Fit α, β and γ to this run's own algorithm rows, each described by the steps, bytes
-    sent and bytes reduced of its whole call (:func:`call_terms`), on relative error;
+    """Fit α, β, γ and the per-call overhead to this run's own algorithm rows, each
+    described by the critical path of its whole call (:func:`call_terms`), on relative error;
     return the model and the rows with their predicted times.  ``in_band``: the rows were
     timed over a transport whose check travels in band (MPI; not torch.distributed)."""
     from . import cost
@@ -471,13 +471,12 @@ def fit_model(rows: list[Row], peers: list[str], *, in_band: bool = True):
     if len(mine) < 3:
         return None, rows
     model = cost.fit([call_terms(row, in_band=in_band) for row in mine],
-                     [row.seconds for row in mine])
+                     [row.seconds for row in mine], overhead=True)
 
     def predict(row: Row) -> float | None:
         if row.name in peers or row.ranks == 1:
             return None
-        t = call_terms(row, in_band=in_band)
-        return t.steps * model.alpha + t.bytes * model.beta + t.reduced * model.gamma
+        return model.predict(call_terms(row, in_band=in_band))
 
     return model, [Row(**{**row.__dict__, "predicted": predict(row)}) for row in rows]
 
@@ -585,10 +584,11 @@ def _main(argv: list[str] | None = None) -> int:
           "slowest rank's mean per call")
     print(format_table(rows, list(world.peers)))
     if model:
-        print(f"# model fitted to this run's algorithm rows (traced steps and bytes, relative "
-              f"error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
+        print(f"# model fitted to this run's algorithm rows (critical path of the whole call, "
+              f"relative error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
               f"{1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, 1/gamma = "
-              f"{1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s")
+              f"{1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s, "
+              f"overhead = {model.overhead * 1e6:.1f} us per call")
         if args.save_model:
             print(f"# saved the model for auto to {cost.save(model)}")
     fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",

@@ -97,9 +97,9 @@ class Formula:
         return Terms(*(float(eval(e, {"__builtins__": {}}, names))
                        for e in (self.steps, self.bytes, self.reduced)))
 
-    def latex(self, name: str = "", *, power_of_two: bool = False) -> str:
-        r"""The formula as LaTeX, ``T_\text{name} = …α + …β + …γ``; with
-        ``power_of_two``, simplified for p = 2^k (q = p, f = 0)."""
+    def latex_terms(self, *, power_of_two: bool = False, **values: float) -> tuple[str, ...]:
+        """The three counts as LaTeX (steps, bytes, reduced); with ``power_of_two``,
+        simplified for p = 2^k (q = p, f = 0); ``values`` fix symbols (``S=1``)."""
         import sympy
         from sympy.parsing.sympy_parser import parse_expr
 
@@ -115,19 +115,26 @@ class Formula:
         symbols |= {s: sympy.Symbol(s) for s, _ in self.constants}
         symbols |= {s: sympy.Symbol(s) for _, s, _ in self.options}
         local = {"lg": lg, "clg": clg, "ceiling": sympy.ceiling, **symbols}
-        parts = []
-        for text, unit in ((self.steps, r"\alpha"), (self.bytes, r"\beta"),
-                           (self.reduced, r"\gamma")):
-            if power_of_two:
-                expression = parse_expr(text, local_dict=local).subs(
-                    {symbols["q"]: symbols["p"], symbols["f"]: 0})
+        fixed = {symbols[s]: v for s, v in values.items()}
+        if power_of_two:
+            fixed |= {symbols["q"]: symbols["p"], symbols["f"]: 0}
+        texts = []
+        for text in (self.steps, self.bytes, self.reduced):
+            if fixed:
+                expression = parse_expr(text, local_dict=local).subs(fixed)
                 expression = sympy.factor(expression) if expression.free_symbols else expression
             else:
                 expression = parse_expr(text, local_dict=local, evaluate=False)
-            if expression != 0:
-                text = sympy.latex(expression)
-                text = rf"\left({text}\right)" if isinstance(expression, sympy.Add) else text
-                parts.append(rf"{text}\,{unit}")
+            latex = sympy.latex(expression)
+            texts.append(rf"\left({latex}\right)" if isinstance(expression, sympy.Add) else latex)
+        return tuple(texts)
+
+    def latex(self, name: str = "", **options) -> str:
+        r"""The formula as LaTeX, ``T_\text{name} = …α + …β + …γ`` (``options`` as in
+        :meth:`latex_terms`)."""
+        parts = [rf"{text}\,{unit}" for text, unit in zip(self.latex_terms(**options),
+                                                             (r"\alpha", r"\beta", r"\gamma"))
+                 if text != "0"]
         left = f"T_\\text{{{name}}} = " if name else ""
         return left + (" + ".join(parts) or "0")
 
@@ -149,16 +156,23 @@ def terms(algorithm: str, p: int, n: float, **options) -> Terms:
 @dataclass(frozen=True)
 class Model:
     """α in seconds per message, β in seconds per byte through a port, γ in seconds per byte
-    reduced."""
+    reduced, and ``overhead`` in seconds per call: the work a call does whatever the
+    algorithm (Python dispatch, argument checks), which a measured model needs at small
+    sizes and which never changes which algorithm is fastest."""
 
     alpha: float
     beta: float
     gamma: float = 0.0
+    overhead: float = 0.0
 
     def time(self, algorithm: str, p: int, nbytes: float, **options) -> float:
         """Predicted seconds for one allreduce of ``nbytes`` bytes per rank."""
-        t = terms(algorithm, p, nbytes, **options)
-        return t.steps * self.alpha + t.bytes * self.beta + t.reduced * self.gamma
+        return self.predict(terms(algorithm, p, nbytes, **options))
+
+    def predict(self, t: Terms) -> float:
+        """Predicted seconds of one call whose critical path has the counts ``t``."""
+        return (t.steps * self.alpha + t.bytes * self.beta + t.reduced * self.gamma
+                + self.overhead)
 
     def message(self, nbytes: float) -> float:
         """Predicted seconds for one message of ``nbytes`` (α + n·β)."""
@@ -179,23 +193,25 @@ def busbw(nbytes: float, seconds: float, p: int) -> float:
     return nbytes / seconds * (2 * (p - 1) / p if p > 1 else 1.0)
 
 
-def fit(counts: Sequence[Terms], seconds: Sequence[float], *, gamma: bool = True) -> Model:
-    """α, β (and γ) ≥ 0 minimising the squared *relative* error of ``counts`` against
-    ``seconds``.  Non-negativity is enforced by trying every subset of the parameters
-    (there are at most three) and keeping the best feasible fit."""
-    a = np.array([[c.steps, c.bytes, c.reduced] for c in counts], dtype=float)
+def fit(counts: Sequence[Terms], seconds: Sequence[float], *, gamma: bool = True,
+        overhead: bool = False) -> Model:
+    """α, β (and γ, and the per-call ``overhead`` when asked for) ≥ 0 minimising the squared
+    *relative* error of ``counts`` against ``seconds``, each ``seconds`` being one call.
+    Non-negativity is enforced by trying every subset of the parameters (there are at most
+    four) and keeping the best feasible fit."""
+    a = np.array([[c.steps, c.bytes, c.reduced, 1.0] for c in counts], dtype=float)
     t = np.asarray(seconds, dtype=float)
     if len(a) != len(t) or len(t) == 0 or (t <= 0).any():
         raise ValueError("fit needs one positive time per measurement")
     a = a / t[:, None]  # relative error: (a·x)/t − 1
-    columns = [0, 1, 2] if gamma else [0, 1]
-    best, best_error = np.zeros(3), math.inf
+    columns = [0, 1] + [2] * gamma + [3] * overhead
+    best, best_error = np.zeros(4), math.inf
     for k in range(1, len(columns) + 1):
         for subset in itertools.combinations(columns, k):
             x, *_ = np.linalg.lstsq(a[:, subset], np.ones(len(t)), rcond=None)
             if (x < 0).any():
                 continue
-            full = np.zeros(3)
+            full = np.zeros(4)
             full[list(subset)] = x
             error = float(np.sum((a @ full - 1) ** 2))
             if error < best_error:

@@ -161,14 +161,44 @@ class CommThread:
         self._thread.join()
 
 
+class InOrder:
+    """Hands gradients to a :class:`CommThread` in one fixed order, the reverse of the
+    parameters' (roughly the order backward produces them), whatever order the hooks fire
+    in: a gradient ready early waits for those before it.  Each allreduce is collective, so
+    every rank must start them in the same order; autograd does not promise that its hooks
+    fire in the same order on every rank, so, like DDP, which reduces its buckets strictly in
+    index order, the order is fixed and not left to the hooks."""
+
+    def __init__(self, thread: CommThread, parameters):
+        self.thread = thread
+        self.order = list(reversed(list(parameters)))
+        self._ready: set[int] = set()
+        self._next = 0
+
+    def submit(self, grad) -> None:
+        """``grad`` (a parameter's ``.grad``) is ready; submit every gradient now due."""
+        self._ready.add(next(i for i, p in enumerate(self.order) if p.grad is grad))
+        while self._next in self._ready:
+            self.thread.submit(self.order[self._next].grad)
+            self._next += 1
+        if self._next == len(self.order):  # the step's last gradient: start the next step
+            self._next = 0
+            self._ready.clear()
+
+
 class Overlap:
     """Overlap the gradient allreduce with the backward pass: a hook on every parameter
-    submits its gradient to a :class:`CommThread` as soon as backward has accumulated it.
-    Use :meth:`__call__` where :func:`per_tensor` would be called: it waits for the thread."""
+    hands its gradient, as soon as backward has accumulated it, to :class:`InOrder`, which
+    submits the gradients to a :class:`CommThread` in the order every rank agreed on (the
+    ranks check at the start that their models have the same parameter shapes).  Use
+    :meth:`__call__` where :func:`per_tensor` would be called: it waits for the thread."""
 
     def __init__(self, model, comm, algorithm: str = "auto", *, attach=None):
+        shapes = [tuple(p.shape) for p in model.parameters()]
+        if any(theirs != shapes for theirs in comm.allgather_object(shapes)):
+            raise ValueError("the ranks' models differ: their parameter shapes do not agree")
         self.thread = CommThread(comm, algorithm)
-        (attach or attach_hooks)(model, self.thread)
+        (attach or attach_hooks)(model, InOrder(self.thread, model.parameters()))
 
     def __call__(self, model, comm, algorithm: str = "auto") -> None:
         self.thread.wait()
@@ -177,7 +207,7 @@ class Overlap:
         self.thread.close()
 
 
-def attach_hooks(model, thread: CommThread) -> None:
+def attach_hooks(model, thread: CommThread | InOrder) -> None:
     """The overlap: after backward accumulates a parameter's gradient, submit it."""
     for parameter in model.parameters():
         parameter.register_post_accumulate_grad_hook(lambda p: thread.submit(p.grad))

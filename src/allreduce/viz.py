@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import cost
 from .algorithms._schedule import chunk_bounds
 from .trace import Trace, record
 
@@ -69,6 +70,20 @@ class MarkdownTable(str):
 
     def _repr_markdown_(self) -> str:
         return str(self)
+
+
+class DisplayMath(str):
+    """LaTeX that a notebook displays as a displayed formula (``_repr_latex_``)."""
+
+    def _repr_latex_(self) -> str:
+        return f"$${self}$$"
+
+
+def formula(algorithm: str, label: str, **options) -> DisplayMath:
+    """The critical-path cost of ``algorithm`` as every chapter prints it: its
+    :class:`~allreduce.cost.Formula`, the one the model and ``auto`` evaluate and the tests
+    check against traces.  ``options`` go to :meth:`~allreduce.cost.Formula.latex`."""
+    return DisplayMath(cost.FORMULAS[algorithm].latex(label, **options))
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> MarkdownTable:

@@ -27,10 +27,11 @@ CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabensei
               "ring": ring}
 
 #: The model ``auto`` uses before a benchmark has saved one: what ``make bench`` (1 KiB to
-#: 64 MiB, 4 MPI ranks) fitted on the course's 2-core reference machine on 2026-11-22.
+#: 64 MiB, 4 MPI ranks) fitted, on the critical path and with a per-call overhead, on the
+#: course's 2-core reference machine (the record ``chapters/data/bench_reference.json``).
 #: α per step includes the Python cost of a step.  Save your own machine's with
 #: ``allreduce-bench --save-model``.
-DEFAULT_MODEL = Model(alpha=79.1e-6, beta=1 / 1.54e9, gamma=1 / 1.72e9)
+DEFAULT_MODEL = Model(alpha=80.8e-6, beta=1 / 1.357e9, gamma=1 / 1.573e9, overhead=36.7e-6)
 
 _model: Model | None = None
 _chosen: dict[tuple[int, int], str] = {}  # choose()'s answers under model()
