@@ -53,11 +53,29 @@ def test_a_wrong_sum_is_caught(single):
     assert np.abs(runs[0].weights - single.weights).max() > 100 * TOLERANCE
 
 
-def test_buckets_pack_in_order():
-    assert training.buckets([4, 4, 4], 8) == [[0, 1], [2]]
-    assert training.buckets([10, 2, 3], 8) == [[0], [1, 2]]  # too large: a bucket of its own
-    assert training.buckets([1] * 5, 100) == [[0, 1, 2, 3, 4]]
-    assert training.buckets([], 8) == []
+def test_overlap_submits_in_one_fixed_order_whatever_order_the_hooks_fire_in():
+    """InOrder hands gradients to the thread in the reverse of the parameters' order, the
+    same on every rank, holding back those ready early; step after step."""
+    import torch
+
+    class Recorder:
+        def __init__(self):
+            self.submitted = []
+
+        def submit(self, tensor):
+            self.submitted.append(tensor)
+
+    parameters = [torch.nn.Parameter(torch.zeros(k + 1)) for k in range(3)]
+    for p in parameters:
+        p.grad = torch.zeros_like(p)
+    recorder = Recorder()
+    ordered = training.InOrder(recorder, parameters)
+    for fired in ([0, 2, 1], [1, 0, 2], [2, 1, 0]):  # three steps, hooks in any order
+        before = len(recorder.submitted)
+        for index in fired:
+            ordered.submit(parameters[index].grad)
+        got = recorder.submitted[before:]
+        assert [id(t) for t in got] == [id(parameters[i].grad) for i in (2, 1, 0)], fired
 
 
 def test_under_mpiexec_against_ddp(venv_bin):

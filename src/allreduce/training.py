@@ -13,8 +13,8 @@ How the gradients are reduced is a parameter, as in PyTorch's ``DistributedDataP
 (DDP):
 
 * :func:`per_tensor`: one allreduce per parameter tensor;
-* :func:`fused`: the tensors packed into buckets of at most ``bucket_bytes``, one allreduce
-  per bucket (DDP's gradient bucketing);
+* :func:`fused`: the tensors packed into buckets as DDP packs them, one allreduce per
+  bucket (DDP's gradient bucketing);
 * :class:`Overlap`: hooks start each tensor's allreduce on a communication thread as soon as
   backward has produced it, so communication overlaps the rest of the backward pass.
 """
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .api import allreduce
+from .ddp_buckets import ddp_buckets
 
 
 @functools.lru_cache(maxsize=1)  # read once per process: every run trains on the same data
@@ -88,13 +89,13 @@ def per_tensor(model, comm, algorithm: str = "auto") -> None:
 
 
 def fused(model, comm, algorithm: str = "auto", bucket_bytes: int = 25 << 20) -> None:
-    """Sum the gradients with one allreduce per bucket: the tensors, packed in order into
-    flat buffers of at most ``bucket_bytes`` (a tensor larger than that gets a bucket of its
-    own), as DDP does with its 25 MiB buckets."""
+    """Sum the gradients with one allreduce per bucket: the tensors, packed into flat
+    buffers as DDP packs them after its first iteration (in reverse order, each bucket
+    closing once it reaches ``bucket_bytes``: :func:`allreduce.ddp_buckets.ddp_buckets`)."""
     import torch
 
     every = gradients(model)
-    for bucket in buckets([g.numel() * g.element_size() for g in every], bucket_bytes):
+    for bucket in ddp_buckets([g.numel() * g.element_size() for g in every], bucket_bytes):
         grads = [every[i] for i in bucket]
         flat = torch.cat([g.reshape(-1) for g in grads])
         allreduce(flat, comm, algorithm=algorithm, out=flat)
@@ -102,20 +103,6 @@ def fused(model, comm, algorithm: str = "auto", bucket_bytes: int = 25 << 20) ->
         for g in grads:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
-
-
-def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
-    """Pack tensors of ``sizes`` bytes, in order, into buckets of at most ``bucket_bytes``;
-    returns each bucket's tensor indices.  A tensor that does not fit starts a new bucket."""
-    packed: list[list[int]] = []
-    room = 0
-    for index, size in enumerate(sizes):
-        if not packed or size > room:
-            packed.append([])
-            room = bucket_bytes
-        packed[-1].append(index)
-        room -= size
-    return packed
 
 
 class CommThread:

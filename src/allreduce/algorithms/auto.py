@@ -28,10 +28,11 @@ CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabensei
 
 #: The model ``auto`` uses before a benchmark has saved one: what ``make bench`` (1 KiB to
 #: 64 MiB, 4 MPI ranks) fitted, on the critical path and with a per-call overhead, on the
-#: course's 2-core reference machine (the record ``chapters/data/bench_reference.json``).
+#: course's 2-core reference machine on 2026-11-23 (the run before the one recorded in
+#: ``chapters/data/bench_reference.json``, whose ``auto`` rows ran with this model).
 #: α per step includes the Python cost of a step.  Save your own machine's with
 #: ``allreduce-bench --save-model``.
-DEFAULT_MODEL = Model(alpha=80.8e-6, beta=1 / 1.357e9, gamma=1 / 1.573e9, overhead=36.7e-6)
+DEFAULT_MODEL = Model(alpha=77.6e-6, beta=1 / 1.93e9, gamma=1 / 4.73e9, overhead=48.3e-6)
 
 _model: Model | None = None
 _chosen: dict[tuple[int, int], str] = {}  # choose()'s answers under model()
