@@ -214,6 +214,45 @@ def test_reading_the_input_from_source_gives_the_same_bits(name, p):
         assert source.tobytes() == inputs[rank].tobytes()
 
 
+@pytest.mark.parametrize("p", range(1, 10))
+def test_the_taught_reduce_scatter_gives_the_librarys_bits(p):
+    """Chapter 50 shows ring.taught_reduce_scatter; allreduce runs ring.reduce_scatter, with
+    and without source=.  Every rank's whole buffer (its reduced chunk and the partial sums
+    elsewhere) must be the same bits, for counts below, at and above p, and uneven."""
+    from allreduce.algorithms.ring import reduce_scatter, taught_reduce_scatter
+    from allreduce.ops import OPS
+
+    rng = np.random.default_rng(p)
+    for count in (0, 1, p, 3 * p + 1, 1001):
+        inputs = [rng.standard_normal(count).astype(np.float32) for _ in range(p)]
+
+        def body(comm):
+            taught, fast, read = (inputs[comm.rank].copy() for _ in range(3))
+            bounds = taught_reduce_scatter(taught, comm, OPS["sum"])
+            assert reduce_scatter(fast, comm, OPS["sum"]) == bounds
+            from_source = np.zeros_like(read)
+            assert reduce_scatter(from_source, comm, OPS["sum"], source=read) == bounds
+            return taught, fast, from_source, bounds
+
+        for taught, fast, from_source, (lo, hi) in run_threads(p, body):
+            assert taught.tobytes() == fast.tobytes(), count
+            assert taught[lo:hi].tobytes() == from_source[lo:hi].tobytes(), count
+
+
+def test_autos_rule_is_the_fastest_candidate_under_a_model():
+    """auto.fastest (what chapter 60 shows) is what choose applies, cache or no cache."""
+    from allreduce.algorithms.auto import DEFAULT_MODEL, choose, fastest
+    from allreduce.cost import NETWORKS
+
+    for model in (DEFAULT_MODEL, *NETWORKS.values()):
+        for p in (2, 3, 4, 16, 1024):
+            for nbytes in (8, 1 << 12, 1 << 20, 1 << 28):
+                times = {name: model.time(name, p, nbytes) for name in
+                         ("recursive_doubling", "rabenseifner", "ring")}
+                assert fastest(nbytes, p, model) == min(times, key=times.get)
+                assert choose(nbytes, p, model) == fastest(nbytes, p, model)
+
+
 @pytest.mark.parametrize("p", [2, 3, 4, 5])
 def test_pipelined_ring_gives_the_rings_bits(p):
     """With chunks of several segments, the pipelined ring adds the same pairs in the same

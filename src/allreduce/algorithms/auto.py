@@ -55,11 +55,17 @@ def use_model(new: Model | None) -> None:
     _chosen.clear()
 
 
+def fastest(nbytes: int, size: int, model: Model) -> str:
+    """The candidate with the smallest predicted time under ``model`` for ``nbytes`` bytes on
+    ``size`` ranks (ties go to the one listed first): ``auto``'s rule."""
+    return min(CANDIDATES, key=lambda name: model.time(name, size, nbytes))
+
+
 def choose(nbytes: int, size: int, using: Model | None = None) -> str:
-    """The name of the algorithm ``auto`` runs for ``nbytes`` bytes on ``size`` ranks: the
-    candidate with the smallest predicted time (ties go to the one listed first)."""
+    """The name of the algorithm ``auto`` runs for ``nbytes`` bytes on ``size`` ranks:
+    :func:`fastest` under ``using``, or under :func:`model`, remembered per size."""
     if using is not None:
-        return min(CANDIDATES, key=lambda name: using.time(name, size, nbytes))
+        return fastest(nbytes, size, using)
     key = (nbytes, size)
     chosen = _chosen.get(key)  # a training loop asks about the same few sizes every step
     if chosen is None:

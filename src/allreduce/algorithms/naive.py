@@ -23,20 +23,14 @@ def naive(buf, comm: Communicator, op: Op) -> None:
     p, rank, n = comm.size, comm.rank, len(buf)
     if p == 1:
         return
-    others = comm.scratch((p - 1) * n, like=buf)  # slot k holds the buffer of rank (rank - k) % p
-
-    def slot(k: int):
-        return others[(k - 1) * n : k * n]
-
+    everyone = [buf if r == rank else comm.empty(n, like=buf) for r in range(p)]
     requests = []
-    for k in range(1, p):
-        requests.append(comm.irecv(slot(k), (rank - k) % p))
+    for k in range(1, p):  # in turn k, send to rank + k and receive from rank - k
+        requests.append(comm.irecv(everyone[(rank - k) % p], (rank - k) % p))
         requests.append(comm.isend(buf, (rank + k) % p))
     comm.waitall(requests)
-    # combine in rank order: contributions of ranks below, then own, then above
-    total = slot(rank) if rank else buf  # start from rank 0's buffer, which sits in slot rank
-    for source in range(1, p):
-        data = buf if source == rank else slot((rank - source) % p)
-        comm.reduce_local(op, total, data)
-    if total is not buf:
-        comm.copy(buf, total)
+    total = comm.empty(n, like=buf)
+    comm.copy(total, everyone[0])
+    for r in range(1, p):  # in rank order, so that every rank computes the same bits
+        comm.reduce_local(op, total, everyone[r])
+    comm.copy(buf, total)

@@ -47,6 +47,21 @@ def reduce_scatter(buf, comm: Communicator, op: Op, *, source=None) -> tuple[int
     return chunk_bounds(n, p, rank)
 
 
+def taught_reduce_scatter(buf, comm: Communicator, op: Op) -> tuple[int, int]:
+    """The ring reduce-scatter as the chapter "Ring allreduce" shows it: :func:`reduce_scatter`
+    without its two speed-ups (reading the input from ``source=``, and a scratch buffer kept
+    from call to call).  The test suite checks that both give the same bits."""
+    p, rank, n = comm.size, comm.rank, len(buf)
+    incoming = comm.empty(-(-n // p), like=buf)  # room for the largest chunk
+    for step in range(p - 1):
+        send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+        recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % p)
+        received = incoming[: recv_hi - recv_lo]
+        comm.sendrecv(buf[send_lo:send_hi], right(comm), received, left(comm))
+        comm.reduce_local(op, buf[recv_lo:recv_hi], received)
+    return chunk_bounds(n, p, rank)
+
+
 def allgather(buf, comm: Communicator) -> None:
     """Ring all-gather in place: rank ``r`` starts with chunk ``r`` and ends with all of them."""
     p, rank, n = comm.size, comm.rank, len(buf)
