@@ -44,6 +44,21 @@ def test_the_formula_is_the_critical_path_of_the_trace(algorithm, options, p):
                                                expected.bytes, expected.reduced), (count, dtype)
 
 
+def test_a_two_level_network_charges_each_message_its_own_link():
+    """Ranks 0-1 and 2-3 are two "nodes": links inside cost (α, β) = (1, 0), links between
+    them (10, 0).  The ring 0→1→2→3→0 crosses nodes at 1→2 and 3→0 in every step, so every
+    step pays the slow link; with one level slow everywhere, the same trace pays 10 a step."""
+    trace, _ = record("ring", 4, 2520)
+
+    def link(source, dest):
+        return (1.0, 0.0) if source // 2 == dest // 2 else (10.0, 0.0)
+
+    assert trace.critical_path(link=link) == 10 * 2 * 3
+    assert trace.critical_path(link=lambda s, d: (1.0, 0.0)) == trace.steps() == 6
+    rd, _ = record("recursive_doubling", 4, 2520)  # round 1 inside the nodes, round 2 across
+    assert rd.critical_path(link=link) == 1 + 10
+
+
 def test_a_joint_replay_is_the_sum_of_the_three_for_lock_step_algorithms():
     """The model adds the three terms; for lock-step schedules that is the joint replay."""
     alpha, beta, gamma = 3.0, 0.01, 0.002

@@ -176,13 +176,19 @@ class Trace:
         single-port, full-duplex model.  Empty messages take no time."""
         return round(self.critical_path(alpha=1))
 
-    def critical_path(self, alpha: float = 0.0, beta: float = 0.0, gamma: float = 0.0) -> float:
+    def critical_path(self, alpha: float = 0.0, beta: float = 0.0, gamma: float = 0.0, *,
+                      link=None) -> float:
         """When the last rank finishes, replaying the logs as a discrete-event simulation in
         which a message of ``m`` bytes occupies its sender's send port and its receiver's
         receive port for ``α + m·β`` each, and a reduction of ``m`` bytes occupies its rank for
         ``m·γ``.  With ``(1, 0, 0)`` this is the α-term (steps), with ``(0, 1, 0)`` the β-term
-        (bytes on the critical path), with ``(0, 0, 1)`` the γ-term."""
-        return max(self._replay(alpha, beta, gamma)[0], default=0.0)
+        (bytes on the critical path), with ``(0, 0, 1)`` the γ-term.  Each message is charged
+        its own size, so variable-length (sparse) messages need nothing more.
+
+        ``link(source, dest)``, if given, returns the ``(α, β)`` of the link a message takes
+        instead of the global ones: a network of several levels (links inside a node and
+        between nodes)."""
+        return max(self._replay(alpha, beta, gamma, link)[0], default=0.0)
 
     def terms(self) -> Terms:
         """The three counts of the α-β-γ model on the critical path: what a chapter's formula
@@ -228,15 +234,18 @@ class Trace:
                     states[time:, rank] = event.snapshot
         return states
 
-    def _replay(self, alpha: float, beta: float,
-                gamma: float) -> tuple[list[float], list[list[float]]]:
+    def _replay(self, alpha: float, beta: float, gamma: float,
+                link=None) -> tuple[list[float], list[list[float]]]:
         """Each rank's finishing time and each event's time (see :meth:`critical_path`).
         The k-th send from ``s`` to ``d`` with a tag matches the k-th receive at ``d`` from
         ``s`` with that tag.  A send leaves when its rank and its send port are free; its
         receive is done ``α + m·β`` after the receiver posted it and its receive port was
         free, and never before the message left."""
         def cost(event: Event) -> float:  # an empty message takes no time
-            return alpha + event.nbytes * beta if event.count else 0.0
+            if not event.count:
+                return 0.0
+            a, b = (alpha, beta) if link is None else link(event.rank, event.peer)
+            return a + event.nbytes * b
 
         departures: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
         received: dict[tuple[int, int, int], int] = defaultdict(int)
