@@ -1,11 +1,44 @@
 """The book builds strictly (warnings are errors) and its computed pages execute, so CI
-catches a chapter that no longer runs."""
+catches a chapter that no longer runs; and a built page loads nothing from the network."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+from pathlib import Path
 
 from conftest import child_env
+
+# what a page loads (scripts, stylesheets, images, fonts, frames), as opposed to links
+LOADED = re.compile(r"<(?:script|img|iframe|source|embed)\b[^>]*\bsrc\s*=\s*[\"']?([^\"'\s>]+)"
+                    r"|<link\b[^>]*\bhref\s*=\s*[\"']?([^\"'\s>]+)", re.IGNORECASE)
+CSS_URL = re.compile(r"url\(\s*[\"']?([^\"')\s]+)", re.IGNORECASE)
+REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+
+
+def remote_resources(html_root: Path) -> list[str]:
+    """Every resource a built page or stylesheet would fetch from another host."""
+    found = []
+    for page in html_root.rglob("*.html"):
+        for match in LOADED.finditer(page.read_text(errors="replace")):
+            target = match.group(1) or match.group(2)
+            if REMOTE.match(target):
+                found.append(f"{page.relative_to(html_root)}: {target}")
+    for sheet in html_root.rglob("*.css"):
+        for target in CSS_URL.findall(sheet.read_text(errors="replace")):
+            if REMOTE.match(target):
+                found.append(f"{sheet.relative_to(html_root)}: {target}")
+    return found
+
+
+def test_the_remote_check_finds_what_it_must(tmp_path):
+    """The scanner above flags a CDN script, stylesheet, font and image, and not links."""
+    (tmp_path / "a.html").write_text(
+        '<script src="https://cdn.example/x.js"></script><link rel="stylesheet" '
+        'href="//cdn.example/y.css"><img src="http://e/z.png"><a href="https://ok">ok</a>'
+        '<script src="_static/local.js"></script>')
+    (tmp_path / "s.css").write_text("@font-face { src: url('https://fonts.example/f.woff2') }")
+    assert len(remote_resources(tmp_path)) == 4
 
 
 def test_book_builds_without_warnings(venv_bin, root, tmp_path):
@@ -18,3 +51,9 @@ def test_book_builds_without_warnings(venv_bin, root, tmp_path):
     library = (tmp_path / "_build" / "html" / "chapters" / "90_library.html").read_text()
     assert "<table" in library and "sharded_parameter_server" in library
     assert (tmp_path / "_build" / "html" / "index.html").exists()
+    html = tmp_path / "_build" / "html"
+    assert not remote_resources(html), "pages load from the network:\n" + "\n".join(
+        remote_resources(html)[:20])
+    # MathJax is served from the build itself
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+    assert "_static/mathjax/tex-chtml.js" in library

@@ -11,6 +11,7 @@ element of every buffer is, at every step, the bit set of the ranks whose data i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -181,6 +182,28 @@ def animate(trace: Trace, states: np.ndarray, chunks: int,
     animation = FuncAnimation(fig, frame, frames=states.shape[0], interval=interval_ms)
     plt.close(fig)  # the animation, not a still, is what the page shows
     return animation
+
+
+#: Icons for matplotlib's animation controls, which it draws with Font Awesome loaded from a
+#: CDN: symbols instead, so that the controls show in a page read offline.
+_CONTROL_SYMBOLS = {"fa fa-minus": "\u2212", "fa fa-fast-backward": "\u23ee",
+                    "fa fa-step-backward": "\u25c0\u2223", "fa fa-play fa-flip-horizontal": "\u25c0",
+                    "fa fa-pause": "\u23f8", "fa fa-play": "\u25b6",
+                    "fa fa-step-forward": "\u2223\u25b6", "fa fa-fast-forward": "\u23ed",
+                    "fa fa-plus": "+"}
+
+
+def animation_html(animation) -> str:
+    """``animation.to_jshtml()`` with nothing loaded from the network: the controls'
+    Font Awesome stylesheet (a CDN link in matplotlib's template) is dropped and each icon
+    replaced by a Unicode symbol; the buttons keep their titles and labels."""
+    html = re.sub(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "",
+                  animation.to_jshtml())
+    for icon, symbol in _CONTROL_SYMBOLS.items():
+        html = html.replace(f'<i class="{icon}"></i>', f"<span aria-hidden=\"true\">{symbol}</span>")
+    if "font-awesome" in html or 'class="fa ' in html:
+        raise RuntimeError("matplotlib's animation template changed: an icon or link was left")
+    return html
 
 
 def ring_step_names(size: int) -> list[str]:
