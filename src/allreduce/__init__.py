@@ -15,19 +15,22 @@ Run it with ``.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py script.py``.
 from .algorithms._schedule import chunk_bounds
 from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
 from .comm import Communicator
-from .transports import as_communicator
 from .ops import DTYPES, OP_NAMES, OPS
+from .sparse import SPARSE_ALGORITHMS, sparse_allreduce
+from .transports import as_communicator
 
 __all__ = [
     "ALGORITHMS",
     "DTYPES",
     "OPS",
     "OP_NAMES",
+    "SPARSE_ALGORITHMS",
     "Communicator",
     "allgather",
     "allreduce",
     "as_communicator",
     "chunk_bounds",
     "reduce_scatter",
+    "sparse_allreduce",
 ]
 __version__ = "0.1.0"

@@ -11,8 +11,8 @@ from .algorithms.auto import choose
 from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 from .comm import Communicator
-from .transports import as_communicator
 from .ops import OPS, finish
+from .transports import as_communicator
 from .validation import IN_BAND_LIMIT, agree, agree_in_band, describe
 
 #: Every algorithm name :func:`allreduce` accepts, in the order the book teaches them.

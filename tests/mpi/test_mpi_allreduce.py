@@ -193,3 +193,46 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
           and all(s >= (world.size - 1) / 1000 for s in seconds.values())
           and len(set(world.allgather(tuple(sorted(seconds.items()))))) == 1)
     assert_on_all_ranks(world, ok, f"counts {counts}, order {timed}, seconds {seconds}")
+
+
+@pytest.mark.parametrize("algorithm", ["dense", "allgather", "sparse_ring",
+                                       "sparse_recursive_doubling", "auto"])
+def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm):
+    """allreduce.sparse on real MPI processes: int64 exactly, float32 to rounding, against
+    MPI_Allreduce of the densified vectors; every rank the same bits."""
+    from allreduce.sparse import sparse_allreduce
+
+    world = MPI.COMM_WORLD
+    rng = np.random.default_rng(100 + world.rank)
+    for dtype in ("int64", "float32"):
+        for n, density in ((0, 0.0), (1, 1.0), (97, 0.1), (4096, 0.02), (4096, 0.7)):
+            k = 0 if world.rank == 1 else int(density * n)
+            indices = np.sort(rng.choice(n, size=k, replace=False)) if k else np.empty(0, int)
+            values = (rng.integers(-9, 9, k) if dtype == "int64"
+                      else rng.standard_normal(k)).astype(dtype)
+            full = np.zeros(n, dtype)
+            full[indices] = values
+            expected = np.empty_like(full)
+            world.Allreduce(full, expected, op=MPI.SUM)
+            got_indices, got_values = sparse_allreduce(indices, values, n, world,
+                                                       algorithm=algorithm)
+            got = np.zeros(n, dtype)
+            got[got_indices] = got_values
+            if dtype == "int64":
+                assert (got == expected).all()
+            else:
+                assert np.allclose(got, expected, rtol=1e-5, atol=1e-5 * world.size)
+            same = world.allgather(got_values.tobytes() + got_indices.tobytes())
+            assert all(other == same[0] for other in same)
+
+
+def test_a_sparse_call_with_another_length_raises_on_every_rank():
+    from allreduce.sparse import sparse_allreduce
+
+    world = MPI.COMM_WORLD
+    n = 100 + (world.rank == world.size - 1) * (world.size > 1)
+    with pytest.raises(ValueError) as raised:
+        sparse_allreduce(np.array([1, 2]), np.array([1.0, 2.0]), n, world)
+        raise ValueError("no disagreement to find on one rank")
+    messages = world.allgather(str(raised.value))
+    assert len(set(messages)) == 1

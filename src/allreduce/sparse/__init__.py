@@ -1,0 +1,84 @@
+"""The sparse allreduce: the sum over ranks of sparse vectors, such as Top-k gradients
+(chapter "Sparse allreduce", in preparation).
+
+``sparse_allreduce(indices, values, n, comm)`` takes each rank's sorted, unique indices into
+a dense vector of length ``n`` and their values, and gives every rank the nonzero entries of
+the sum, as ``(indices, values)``: indices int32 (int64 from 2³¹ elements) and values of the
+input's dtype.  It equals the dense allreduce of the densified vectors, exactly for integers
+and to rounding for floats, and every rank gets the same bits.  A torch sparse COO 1-D tensor
+may be passed instead, ``sparse_allreduce(t, comm)``, and one comes back.
+
+The algorithms, one module each, are listed in :data:`SPARSE_ALGORITHMS`; ``auto`` picks one
+by predicted time (:mod:`allreduce.sparse.auto`).  Each call is checked on every rank first
+(:mod:`allreduce.sparse.check`): a bad or mismatched call raises the same error everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms.auto import model as auto_model
+from ..transports import as_communicator
+from . import auto
+from .allgather import allgather
+from .check import _is_torch_sparse, agree, as_torch, describe
+from .dense import dense
+from .sparse_recursive_doubling import sparse_recursive_doubling
+from .sparse_ring import sparse_ring
+from .vector import index_dtype, nonzero
+
+_REGISTRY = {"dense": dense, "allgather": allgather, "sparse_ring": sparse_ring,
+             "sparse_recursive_doubling": sparse_recursive_doubling}
+
+#: The exact sparse algorithms, for a test (or a benchmark) to loop over.
+SPARSE_ALGORITHMS: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "auto",
+                     op: str = "sum", *, dense_output: bool = False):
+    """Sum the sparse vectors ``(indices, values)`` of length ``n`` over every rank of
+    ``comm``; ``op`` is ``"sum"`` or ``"mean"`` (``"avg"``).  Returns ``(indices, values)``
+    of the sum's nonzero entries, or the dense sum when ``dense_output``; for a torch sparse
+    tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).  The
+    caller's arrays are never modified."""
+    if _is_torch_sparse(indices) and comm is None:
+        comm, values = values, None
+    communicator = as_communicator(comm)
+    names = (*SPARSE_ALGORITHMS, "auto")
+    call = describe(indices, values, n, op, algorithm, names)
+    model = auto_model()
+    bits = tuple(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
+                                           model.overhead]).view(np.int64))
+    counts = agree(communicator, call, names, bits)
+    n, values = call.n, call.values
+    chosen = call.algorithm
+    if chosen == "auto":
+        chosen = auto.choose(n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS)
+    full = result = None
+    if communicator.size == 1:
+        result = nonzero(call.indices, values.copy())
+    elif chosen == "dense":
+        full = dense(call.indices, values, n, communicator, dense_output=True)
+    else:
+        result = _REGISTRY[chosen](call.indices, values, n, communicator)
+    if call.op == "mean":
+        if full is not None:
+            full /= communicator.size
+        else:
+            result = (result[0], result[1] / values.dtype.type(communicator.size))
+    if dense_output:
+        if full is None:
+            full = np.zeros(n, values.dtype)
+            full[result[0]] = result[1]
+        if call.torch:
+            import torch
+
+            return torch.from_numpy(full)
+        return full
+    if full is not None:
+        where = np.flatnonzero(full != 0)
+        result = (where, full[where])
+    out_indices = result[0].astype(index_dtype(n))
+    if call.torch:
+        return as_torch(out_indices, result[1], n)
+    return out_indices, result[1]

@@ -1,0 +1,138 @@
+"""Checking a sparse allreduce on every rank: each rank checks its own arguments, then one
+all-gather of a few integers per rank (which also gives every rank the others' pair counts,
+for ``auto``) tells every rank whether all calls are valid and agree; if not, every rank
+raises the same error, naming each rank's values, before any data moves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..comm import Communicator
+from ..ops import DTYPES, check_op_for_dtype
+from ..validation import _ranks
+
+SPARSE_OPS = ("sum", "mean")
+_ALIASES = {"avg": "mean"}
+
+
+@dataclass
+class SparseCall:
+    """One rank's call, as numpy arrays, and the first problem found in it."""
+
+    indices: np.ndarray | None = None
+    values: np.ndarray | None = None
+    n: int = -1
+    op: str | None = None
+    algorithm: str | None = None
+    torch: bool = False
+    problem: Exception | None = field(default=None, repr=False)
+
+    def row(self, algorithms: tuple[str, ...], model_bits: tuple[int, ...]) -> np.ndarray:
+        code = 0 if self.problem is None else 1 if isinstance(self.problem, TypeError) else 2
+        dtype = -1 if self.values is None else _index(DTYPES, self.values.dtype.name)
+        count = -1 if self.indices is None else len(self.indices)
+        return np.array([code, self.n, dtype, _index(SPARSE_OPS, self.op),
+                         _index(algorithms, self.algorithm), *model_bits, count], np.int64)
+
+    def fields(self) -> dict[str, object]:
+        return {"dense length n": self.n, "dtype": None if self.values is None else
+                self.values.dtype.name, "op": self.op, "algorithm": self.algorithm}
+
+
+def _index(names, name) -> int:
+    return names.index(name) if name in names else -1
+
+
+def describe(indices, values, n, op, algorithm, algorithms) -> SparseCall:
+    """Check one rank's arguments locally; record the first problem instead of raising."""
+    call = SparseCall(op=_ALIASES.get(op, op) if isinstance(op, str) else None,
+                      algorithm=algorithm if isinstance(algorithm, str) else None)
+    try:
+        if _is_torch_sparse(indices):
+            call.torch = True
+            indices, values, n = _from_torch(indices)
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+            raise TypeError(f"n, the dense length, must be an integer >= 0, got {n!r}")
+        call.n = int(n)
+        if not (isinstance(indices, np.ndarray) and isinstance(values, np.ndarray)):
+            raise TypeError("indices and values must be numpy arrays (or pass one torch "
+                            f"sparse COO tensor), got {type(indices).__name__} and "
+                            f"{type(values).__name__}")
+        if values.ndim != 1 or values.dtype.name not in DTYPES:
+            raise TypeError(f"values must be a 1-D array of one of {', '.join(DTYPES)}, got "
+                            f"{values.ndim}-D {values.dtype.name}")
+        call.values = values
+        if indices.ndim != 1 or indices.dtype.kind not in "iu":
+            raise TypeError(f"indices must be a 1-D integer array, got {indices.ndim}-D "
+                            f"{indices.dtype.name}")
+        if len(indices) != len(values):
+            raise ValueError(f"indices and values differ in length: {len(indices)} and "
+                             f"{len(values)}")
+        call.indices = indices.astype(np.int64, copy=False)
+        if len(indices) and (call.indices.min() < 0 or call.indices.max() >= n):
+            raise ValueError(f"indices must lie in [0, n) = [0, {n}); found "
+                             f"{int(call.indices.min())} to {int(call.indices.max())}")
+        if len(indices) > 1 and not (np.diff(call.indices) > 0).all():
+            raise ValueError("indices must be sorted and unique (strictly increasing)")
+        if call.op not in SPARSE_OPS:
+            raise ValueError(f"sparse_allreduce supports op 'sum' and 'mean' (or 'avg'), got "
+                             f"{op!r}: with absent entries counted as zeros, max, min and prod "
+                             "of a sparse vector are not sparse")
+        check_op_for_dtype(call.op, values.dtype.name)
+        if algorithm not in algorithms:
+            raise ValueError(f"unknown sparse algorithm {algorithm!r}; choose one of "
+                             f"{', '.join(algorithms)}")
+    except (TypeError, ValueError) as problem:
+        call.problem = problem
+    except Exception as problem:  # anything unforeseen is still reported on every rank
+        call.problem = TypeError(f"{type(problem).__name__}: {problem}")
+    return call
+
+
+def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
+          model_bits: tuple[int, ...]) -> list[int]:
+    """Every rank's pair count, once every rank's call is valid and the calls agree on n,
+    dtype, op, algorithm and cost model; otherwise the same error on every rank."""
+    table = comm.allgather_ints(call.row(algorithms, model_bits))
+    if not table[:, 0].any() and (table[:, :-1] == table[0, :-1]).all():
+        return [int(count) for count in table[:, -1]]
+    problem = None if call.problem is None else f"{type(call.problem).__name__}: {call.problem}"
+    everyone = comm.allgather_object((call.fields(), problem))
+    failing = [rank for rank, (_, problem) in enumerate(everyone) if problem]
+    if failing:
+        details = "; ".join(f"rank {rank}: {everyone[rank][1]}" for rank in failing)
+        kind = TypeError if everyone[failing[0]][1].startswith("TypeError") else ValueError
+        raise kind(f"sparse_allreduce: invalid call on {_ranks(failing)} ({details})")
+    for name in call.fields():
+        groups: dict[str, list[int]] = {}
+        for rank, (fields, _) in enumerate(everyone):
+            groups.setdefault(str(fields[name]), []).append(rank)
+        if len(groups) > 1:
+            listing = ", ".join(f"{value} on {_ranks(ranks)}" for value, ranks in groups.items())
+            raise ValueError(f"sparse_allreduce: the ranks disagree on the {name}: {listing}")
+    raise ValueError("sparse_allreduce: the ranks' cost models differ (a saved model on some "
+                     "ranks only?), so auto could choose differently on each")
+
+
+def _is_torch_sparse(x) -> bool:
+    return type(x).__module__.startswith("torch") and getattr(x, "is_sparse", False)
+
+
+def _from_torch(tensor):
+    if tensor.dim() != 1:
+        raise TypeError(f"a torch sparse tensor must be 1-D, got {tensor.dim()}-D")
+    if tensor.is_cuda:
+        raise TypeError("sparse_allreduce moves CPU tensors; got a CUDA sparse tensor")
+    tensor = tensor.coalesce()
+    return (tensor.indices()[0].numpy(), tensor.values().numpy(), int(tensor.shape[0]))
+
+
+def as_torch(indices: np.ndarray, values: np.ndarray, n: int):
+    """A coalesced 1-D torch sparse COO tensor."""
+    import torch
+
+    return torch.sparse_coo_tensor(torch.from_numpy(indices.astype(np.int64))[None],
+                                   torch.from_numpy(values), (n,), is_coalesced=True,
+                                   check_invariants=False)

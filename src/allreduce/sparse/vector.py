@@ -1,0 +1,87 @@
+"""Sparse vectors as the sparse allreduce moves them: sorted, unique indices with their
+values, of a dense length ``n`` (chapter "Sparse allreduce", in preparation).
+
+Inside the library a sparse vector is a pair ``(indices, values)`` of numpy arrays, indices
+int64 and strictly increasing.  :func:`merge` is the one routine that sums sparse vectors;
+:func:`encode` and :func:`decode` turn one into the bytes of a message, as index-value pairs
+or, when that is no smaller, as the dense values of its index range (SparCML's switch,
+Renggli et al. 2019).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: The header of a message: its kind (pairs or dense) and the number of pairs.
+_HEADER = 2
+PAIRS, DENSE = 0, 1
+
+
+def index_dtype(n: int) -> np.dtype:
+    """int32 indices while they fit, int64 from 2³¹ elements."""
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
+
+
+def merge(runs: list[tuple[np.ndarray, np.ndarray]],
+          dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of sparse vectors of values ``dtype``, in the order given: an index present
+    in several runs is summed left to right, so every rank that merges the same runs gets
+    the same bits."""
+    runs = [run for run in runs if len(run[0])]
+    if not runs:
+        return np.empty(0, np.int64), np.empty(0, dtype)
+    if len(runs) == 1:
+        return runs[0]
+    indices = np.concatenate([i for i, _ in runs])
+    values = np.concatenate([v for _, v in runs])
+    order = np.argsort(indices, kind="stable")  # stable: equal indices keep the runs' order
+    indices, values = indices[order], values[order]
+    starts = np.flatnonzero(np.concatenate(([True], indices[1:] != indices[:-1])))
+    return indices[starts], np.add.reduceat(values, starts, dtype=values.dtype)
+
+
+def nonzero(indices: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries whose value is not zero (the result's support; NaN is kept)."""
+    keep = values != 0
+    return (indices, values) if keep.all() else (indices[keep], values[keep])
+
+
+def encode(indices: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """A message (uint8) holding the part of a sparse vector in ``[lo, hi)``: its pairs, or
+    the dense values of the range when the pairs would take at least as many bytes."""
+    itemsize = values.dtype.itemsize
+    small = index_dtype(hi)
+    pairs_bytes = len(indices) * (small.itemsize + itemsize)
+    dense = pairs_bytes >= (hi - lo) * itemsize
+    body = (hi - lo) * itemsize if dense else pairs_bytes
+    packet = np.empty(8 * _HEADER + body, np.uint8)
+    packet[:8 * _HEADER].view(np.int64)[:] = (DENSE if dense else PAIRS, len(indices))
+    if dense:
+        chunk = packet[8 * _HEADER:].view(values.dtype)
+        chunk[:] = 0
+        chunk[indices - lo] = values
+    else:
+        split = 8 * _HEADER + len(indices) * small.itemsize
+        packet[8 * _HEADER:split].view(small)[:] = indices - lo
+        packet[split:].view(values.dtype)[:] = values
+    return packet
+
+
+def decode(packet: np.ndarray, dtype: np.dtype, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sparse vector a message from :func:`encode` holds (a dense range gives back its
+    nonzero entries)."""
+    kind, count = (int(v) for v in packet[:8 * _HEADER].view(np.int64))
+    if kind == DENSE:
+        chunk = packet[8 * _HEADER:].view(dtype)
+        where = np.flatnonzero(chunk != 0)
+        return where + lo, chunk[where].copy()
+    small = index_dtype(hi)
+    split = 8 * _HEADER + count * small.itemsize
+    indices = packet[8 * _HEADER:split].view(small).astype(np.int64) + lo
+    return indices, packet[split:].view(dtype).copy()
+
+
+def split_at(indices: np.ndarray, bounds: list[tuple[int, int]]) -> list[slice]:
+    """The slices of ``indices`` (sorted) that fall in each ``[lo, hi)`` of ``bounds``."""
+    cuts = np.searchsorted(indices, [lo for lo, _ in bounds] + [bounds[-1][1]])
+    return [slice(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]

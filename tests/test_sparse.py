@@ -1,0 +1,133 @@
+"""allreduce.sparse on thread ranks: every sparse algorithm equals the dense sum of the
+densified vectors (exactly for integers, to rounding for floats), with the same bits on
+every rank, for p = 1..8, lengths around p, densities from empty to full, some ranks empty;
+torch sparse tensors in and out; a bad or mismatched call raises the same error on every
+rank and leaves the caller's arrays alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allreduce.sparse import SPARSE_ALGORITHMS, sparse_allreduce
+from allreduce.transports.threads import run_threads
+
+ALGORITHMS = (*SPARSE_ALGORITHMS, "auto")
+
+
+def supports(rng, p, n, density, dtype):
+    """Each rank's sorted, unique indices and values; rank 1 (if any) has none."""
+    vectors = []
+    for rank in range(p):
+        k = 0 if rank == 1 else min(n, int(round(density * n)))
+        indices = np.sort(rng.choice(n, size=k, replace=False)) if k else np.empty(0, np.int64)
+        values = (rng.integers(-3, 4, k) if dtype.startswith("int") else
+                  rng.standard_normal(k)).astype(dtype)
+        vectors.append((indices, values))
+    return vectors
+
+
+def dense_sum(vectors, n, dtype):
+    total = np.zeros(n, np.float64 if dtype.startswith("float") else dtype)
+    for indices, values in vectors:
+        total[indices] += values
+    return total
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("p", range(1, 9))
+def test_the_sum_equals_the_dense_sum(algorithm, p):
+    rng = np.random.default_rng(p)
+    for dtype in ("int64", "int32", "float32", "float64"):
+        for n in sorted({0, 1, max(p - 1, 1), p, p + 1, 257}):
+            for density in (0.0, 0.05, 0.5, 1.0):
+                vectors = supports(rng, p, n, density, dtype)
+                results = run_threads(p, lambda c: sparse_allreduce(
+                    *vectors[c.rank], n, c, algorithm=algorithm))
+                want = dense_sum(vectors, n, dtype)
+                first = results[0]
+                for indices, values in results:
+                    assert indices.dtype == np.int32 and values.dtype == np.dtype(dtype)
+                    assert np.all(np.diff(indices) > 0) and np.all(values != 0)
+                    assert indices.tobytes() == first[0].tobytes()
+                    assert values.tobytes() == first[1].tobytes(), "ranks differ in bits"
+                    got = np.zeros(n, want.dtype)
+                    got[indices] = values
+                    if dtype.startswith("int"):
+                        assert (got == want).all(), (dtype, n, density)
+                    else:  # rounding of a sum in another order; zero sums may vanish
+                        tolerance = 1e-5 if dtype == "float32" else 1e-12
+                        assert np.allclose(got, want, rtol=tolerance, atol=tolerance * p)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_mean_and_dense_output(algorithm):
+    p, n = 4, 100
+    vectors = supports(np.random.default_rng(7), p, n, 0.2, "float64")
+    want = dense_sum(vectors, n, "float64")
+    means = run_threads(p, lambda c: sparse_allreduce(*vectors[c.rank], n, c,
+                                                      algorithm=algorithm, op="avg"))
+    dense = run_threads(p, lambda c: sparse_allreduce(*vectors[c.rank], n, c,
+                                                      algorithm=algorithm, dense_output=True))
+    for (indices, values), full in zip(means, dense):
+        got = np.zeros(n)
+        got[indices] = values
+        assert np.allclose(got, want / p) and np.allclose(full, want) and full.shape == (n,)
+
+
+def test_torch_sparse_tensors_in_and_out():
+    torch = pytest.importorskip("torch")
+    p, n = 3, 50
+    vectors = supports(np.random.default_rng(3), p, n, 0.3, "float32")
+    tensors = [torch.sparse_coo_tensor(torch.from_numpy(i)[None], torch.from_numpy(v), (n,),
+                                       check_invariants=True) for i, v in vectors]
+    results = run_threads(p, lambda c: sparse_allreduce(tensors[c.rank], c))
+    want = dense_sum(vectors, n, "float32")
+    for result in results:
+        assert result.is_sparse and result.shape == (n,) and result.dtype == torch.float32
+        assert np.allclose(result.to_dense().numpy(), want, atol=1e-5)
+
+
+BAD = {
+    "unsorted": lambda i, v, n: (i[::-1].copy(), v, n),
+    "duplicate": lambda i, v, n: (np.r_[i[:1], i], np.r_[v[:1], v], n),
+    "out of range": lambda i, v, n: (np.r_[i[:-1], n], v, n),
+    "lengths differ": lambda i, v, n: (i, v[:-1], n),
+    "another n": lambda i, v, n: (i, v, n + 1),
+    "another dtype": lambda i, v, n: (i, v.astype(np.float32), n),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(BAD))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_bad_call_on_one_rank_raises_on_every_rank(problem, algorithm):
+    p, n = 4, 40
+    vectors = [(np.array([1, 5, 9]), np.array([1.0, 2.0, 3.0])) for _ in range(p)]
+    copies = [(i.copy(), v.copy()) for i, v in vectors]
+
+    def body(comm):
+        args = vectors[comm.rank]
+        if comm.rank == 2:
+            args = BAD[problem](*args, n)
+        else:
+            args = (*args, n)
+        try:
+            sparse_allreduce(*args, comm, algorithm=algorithm)
+        except (TypeError, ValueError) as error:
+            return str(error)
+        return None
+
+    messages = run_threads(p, body)
+    assert all(messages) and len(set(messages)) == 1, messages
+    assert "rank 2" in messages[0]
+    for (i, v), (i0, v0) in zip(vectors, copies):
+        assert i.tobytes() == i0.tobytes() and v.tobytes() == v0.tobytes()
+
+
+@pytest.mark.parametrize("op", ["max", "min", "prod"])
+def test_ops_that_are_not_sparse_raise_a_clear_error(op):
+    def body(comm):
+        with pytest.raises(ValueError, match="supports op 'sum' and 'mean'"):
+            sparse_allreduce(np.array([0]), np.array([1.0]), 4, comm, op=op)
+
+    run_threads(3, body)
