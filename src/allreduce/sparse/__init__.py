@@ -2,8 +2,8 @@
 (chapter "Sparse allreduce", in preparation).
 
 ``sparse_allreduce(indices, values, n, comm)`` takes each rank's sorted, unique indices into
-a dense vector of length ``n`` and their values, and gives every rank the nonzero entries of
-the sum, as ``(indices, values)``: indices int32 (int64 from 2³¹ elements) and values of the
+a dense vector of length ``n`` and their values, and gives every rank the sum on the union
+of the supports, as ``(indices, values)``: indices int32 (int64 from 2³¹ elements) and values of the
 input's dtype.  It equals the dense allreduce of the densified vectors, exactly for integers
 and to rounding for floats, and every rank gets the same bits.  A torch sparse COO 1-D tensor
 may be passed instead, ``sparse_allreduce(t, comm)``, and one comes back.
@@ -25,7 +25,7 @@ from .check import _is_torch_sparse, agree, as_torch, describe
 from .dense import dense
 from .sparse_recursive_doubling import sparse_recursive_doubling
 from .sparse_ring import sparse_ring
-from .vector import index_dtype, nonzero
+from .vector import index_dtype
 
 _REGISTRY = {"dense": dense, "allgather": allgather, "sparse_ring": sparse_ring,
              "sparse_recursive_doubling": sparse_recursive_doubling}
@@ -38,7 +38,7 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
                      op: str = "sum", *, dense_output: bool = False):
     """Sum the sparse vectors ``(indices, values)`` of length ``n`` over every rank of
     ``comm``; ``op`` is ``"sum"`` or ``"mean"`` (``"avg"``).  Returns ``(indices, values)``
-    of the sum's nonzero entries, or the dense sum when ``dense_output``; for a torch sparse
+    on the union of the ranks' supports, or the dense sum when ``dense_output``; for a torch sparse
     tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).  The
     caller's arrays are never modified."""
     if _is_torch_sparse(indices) and comm is None:
@@ -56,8 +56,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
         chosen = auto.choose(n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS)
     full = result = None
     if communicator.size == 1:
-        result = nonzero(call.indices, values.copy())
-    elif chosen == "dense":
+        result = (call.indices, values.copy())
+    elif chosen == "dense" and dense_output:
         full = dense(call.indices, values, n, communicator, dense_output=True)
     else:
         result = _REGISTRY[chosen](call.indices, values, n, communicator)
@@ -75,9 +75,6 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
 
             return torch.from_numpy(full)
         return full
-    if full is not None:
-        where = np.flatnonzero(full != 0)
-        result = (where, full[where])
     out_indices = result[0].astype(index_dtype(n))
     if call.torch:
         return as_torch(out_indices, result[1], n)

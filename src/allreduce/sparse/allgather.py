@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..comm import Communicator
 from ..algorithms._schedule import left, right
 from .exchange import sendrecv_packet
-from .vector import decode, encode, merge, nonzero
+from .vector import decode, encode, merge
 
 
 def allgather(indices, values, n: int, comm: Communicator):
@@ -23,4 +23,4 @@ def allgather(indices, values, n: int, comm: Communicator):
     for step in range(p - 1):  # in step s, rank r forwards the block of rank r - s
         packet = sendrecv_packet(comm, packet, right(comm), left(comm))
         blocks[(rank - step - 1) % p] = decode(packet, values.dtype, 0, n)
-    return nonzero(*merge(blocks, values.dtype))
+    return merge(blocks, values.dtype)

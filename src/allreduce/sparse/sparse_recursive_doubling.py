@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..algorithms._schedule import PowerOfTwoFold
 from ..comm import Communicator
 from .exchange import recv_packet, send_packet, sendrecv_packet
-from .vector import decode, encode, merge, nonzero
+from .vector import decode, encode, merge
 
 
 def sparse_recursive_doubling(indices, values, n: int, comm: Communicator):
@@ -23,7 +23,7 @@ def sparse_recursive_doubling(indices, values, n: int, comm: Communicator):
     if rank < 2 * fold.extra:  # the fold: even ranks hand their vector to the odd one above
         if rank % 2 == 0:
             send_packet(comm, encode(*mine, 0, n), rank + 1)
-            return nonzero(*decode(recv_packet(comm, rank + 1), dtype, 0, n))
+            return decode(recv_packet(comm, rank + 1), dtype, 0, n)
         mine = merge([decode(recv_packet(comm, rank - 1), dtype, 0, n), mine], dtype)
     me, mask = fold.virtual_rank, 1
     while mask < fold.participants:
@@ -33,4 +33,4 @@ def sparse_recursive_doubling(indices, values, n: int, comm: Communicator):
         mask <<= 1
     if rank < 2 * fold.extra:
         send_packet(comm, encode(*mine, 0, n), rank - 1)
-    return nonzero(*mine)
+    return mine

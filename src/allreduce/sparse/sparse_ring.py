@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..algorithms._schedule import chunk_bounds, left, right
 from ..comm import Communicator
 from .exchange import sendrecv_packet
-from .vector import decode, encode, merge, nonzero, split_at
+from .vector import decode, encode, merge, split_at
 
 
 def sparse_ring(indices, values, n: int, comm: Communicator):
@@ -36,4 +36,4 @@ def sparse_ring(indices, values, n: int, comm: Communicator):
         packet = sendrecv_packet(comm, encode(*chunks[send], *bounds[send]), right(comm),
                                  left(comm))
         chunks[receive] = decode(packet, dtype, *bounds[receive])
-    return nonzero(*merge(chunks, dtype))
+    return merge(chunks, dtype)

@@ -40,26 +40,25 @@ def merge(runs: list[tuple[np.ndarray, np.ndarray]],
     return indices[starts], np.add.reduceat(values, starts, dtype=values.dtype)
 
 
-def nonzero(indices: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The entries whose value is not zero (the result's support; NaN is kept)."""
-    keep = values != 0
-    return (indices, values) if keep.all() else (indices[keep], values[keep])
-
-
 def encode(indices: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """A message (uint8) holding the part of a sparse vector in ``[lo, hi)``: its pairs, or
-    the dense values of the range when the pairs would take at least as many bytes."""
+    """A message (uint8) holding the part of a sparse vector in ``[lo, hi)``: its pairs, or,
+    when the pairs would take at least as many bytes, the dense values of the range and a
+    bitmap of which entries are present (so that the support survives the switch)."""
     itemsize = values.dtype.itemsize
     small = index_dtype(hi)
     pairs_bytes = len(indices) * (small.itemsize + itemsize)
-    dense = pairs_bytes >= (hi - lo) * itemsize
-    body = (hi - lo) * itemsize if dense else pairs_bytes
-    packet = np.empty(8 * _HEADER + body, np.uint8)
+    dense_bytes = (hi - lo) * itemsize + -(-(hi - lo) // 8)
+    dense = pairs_bytes >= dense_bytes
+    packet = np.empty(8 * _HEADER + (dense_bytes if dense else pairs_bytes), np.uint8)
     packet[:8 * _HEADER].view(np.int64)[:] = (DENSE if dense else PAIRS, len(indices))
     if dense:
-        chunk = packet[8 * _HEADER:].view(values.dtype)
+        split = 8 * _HEADER + (hi - lo) * itemsize
+        chunk = packet[8 * _HEADER:split].view(values.dtype)
         chunk[:] = 0
         chunk[indices - lo] = values
+        present = np.zeros(hi - lo, bool)
+        present[indices - lo] = True
+        packet[split:] = np.packbits(present)
     else:
         split = 8 * _HEADER + len(indices) * small.itemsize
         packet[8 * _HEADER:split].view(small)[:] = indices - lo
@@ -68,12 +67,12 @@ def encode(indices: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndar
 
 
 def decode(packet: np.ndarray, dtype: np.dtype, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sparse vector a message from :func:`encode` holds (a dense range gives back its
-    nonzero entries)."""
+    """The sparse vector a message from :func:`encode` holds."""
     kind, count = (int(v) for v in packet[:8 * _HEADER].view(np.int64))
     if kind == DENSE:
-        chunk = packet[8 * _HEADER:].view(dtype)
-        where = np.flatnonzero(chunk != 0)
+        split = 8 * _HEADER + (hi - lo) * dtype.itemsize
+        chunk = packet[8 * _HEADER:split].view(dtype)
+        where = np.flatnonzero(np.unpackbits(packet[split:], count=hi - lo))
         return where + lo, chunk[where].copy()
     small = index_dtype(hi)
     split = 8 * _HEADER + count * small.itemsize
