@@ -149,3 +149,43 @@ def test_ops_that_are_not_sparse_raise_a_clear_error(op):
             sparse_allreduce(np.array([0]), np.array([1.0]), 4, comm, op=op)
 
     run_threads(3, body)
+
+
+def traced(algorithm, p, n, vectors):
+    from allreduce.trace import Trace, TracingCommunicator
+
+    def body(comm):
+        tracer = TracingCommunicator(comm)
+        sparse_allreduce(*vectors[comm.rank], n, tracer, algorithm=algorithm)
+        return tracer.events
+
+    return Trace(run_threads(p, body), 1).terms()
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_closed_forms_equal_the_replayed_trace(p):
+    """Identical and disjoint supports, k/p pairs of every rank in every chunk of the ring,
+    float32 values with int32 indices (8 bytes a pair), well below the dense switch."""
+    from allreduce.algorithms._schedule import chunk_bounds
+    from allreduce.sparse.allgather import terms as allgather_terms
+    from allreduce.sparse.sparse_recursive_doubling import terms as doubling_terms
+    from allreduce.sparse.sparse_ring import terms as ring_terms
+
+    n, per_chunk = 1 << 15, 4
+    k = per_chunk * p
+
+    def support(offset):  # per_chunk indices in every chunk of the ring
+        return np.concatenate([lo + offset + 16 * np.arange(per_chunk)
+                               for lo, _ in (chunk_bounds(n, p, c) for c in range(p))])
+    layouts = {"identical": [support(0) for _ in range(p)],
+               "disjoint": [support(rank) for rank in range(p)]}
+    for supports, indices in layouts.items():
+        vectors = [(i, np.ones(k, np.float32)) for i in indices]
+        checks = [("allgather", allgather_terms(p, k, 8)),
+                  ("sparse_ring", ring_terms(p, k, 8, supports))]
+        if supports == "identical" or p & (p - 1) == 0:
+            checks.append(("sparse_recursive_doubling", doubling_terms(p, k, 8, supports)))
+        for name, formula in checks:
+            got = traced(name, p, n, vectors)
+            want = formula if p > 1 else formula.__class__(0, 0, 0)
+            assert (got.steps, got.bytes) == (want.steps, want.bytes), (name, supports)

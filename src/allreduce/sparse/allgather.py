@@ -2,15 +2,16 @@
 different sizes), then every rank sums all ``p`` blocks itself.  What practice uses:
 Horovod's sparse path, torch gloo's sparse ``all_reduce``.
 
-Cost: 2(p−1)·α (each step sends a block's length, then the block) + the sum of the largest
-block in flight at each step·β, about (p−1)·k·c for k pairs of c bytes per rank: it grows
-with p, whatever the overlap of the supports."""
+Cost (:func:`terms`): 2(p−1)·α (each step sends a block's length, then the block) and
+(p−1)·(h + k·c)·β for k pairs of c bytes on every rank, h the bytes an exchange adds: it
+grows with p, whatever the overlap of the supports; the merge is local work (γ)."""
 
 from __future__ import annotations
 
-from ..comm import Communicator
 from ..algorithms._schedule import left, right
-from .exchange import sendrecv_packet
+from ..comm import Communicator
+from ..cost import Terms
+from .exchange import OVERHEAD_BYTES, sendrecv_packet
 from .vector import decode, encode, merge
 
 
@@ -24,3 +25,9 @@ def allgather(indices, values, n: int, comm: Communicator):
         packet = sendrecv_packet(comm, packet, right(comm), left(comm))
         blocks[(rank - step - 1) % p] = decode(packet, values.dtype, 0, n)
     return merge(blocks, values.dtype)
+
+
+def terms(p: int, k: int, pair_bytes: int, supports: str = "any") -> Terms:
+    """Critical-path steps and bytes for ``k`` pairs of ``pair_bytes`` on each of ``p``
+    ranks (below the dense switch), whatever the ``supports``."""
+    return Terms(2 * (p - 1), (p - 1) * (OVERHEAD_BYTES + k * pair_bytes), 0)

@@ -9,6 +9,10 @@ import numpy as np
 
 from ..comm import Communicator
 
+#: Bytes an exchange adds to its payload on the critical path: the 8-byte length message and
+#: the packet's 16-byte header (:mod:`allreduce.sparse.vector`).
+OVERHEAD_BYTES = 8 + 16
+
 
 def sendrecv_packet(comm: Communicator, packet: np.ndarray, dest: int, source: int) -> np.ndarray:
     """Send ``packet`` (uint8) to ``dest`` while receiving one of unknown length from

@@ -6,13 +6,15 @@ dense algorithm does (:class:`~allreduce.algorithms._schedule.PowerOfTwoFold`).
 
 Cost: 2·lg p·α (each round sends a length, then the vector; +4 folded) + Σ over rounds of
 the merged vector's size·β: min(u_{2^k}·c, n·w) in round k, the support doubling its
-contributors each round."""
+contributors each round.  In closed form (:func:`terms`): (lg q + 2f)·(h + k·c) bytes when
+the supports are identical, and h·lg p + (p−1)·k·c when they are disjoint on p = 2^j."""
 
 from __future__ import annotations
 
 from ..algorithms._schedule import PowerOfTwoFold
 from ..comm import Communicator
-from .exchange import recv_packet, send_packet, sendrecv_packet
+from ..cost import Terms, largest_power_of_two
+from .exchange import OVERHEAD_BYTES, recv_packet, send_packet, sendrecv_packet
 from .vector import decode, encode, merge
 
 
@@ -34,3 +36,16 @@ def sparse_recursive_doubling(indices, values, n: int, comm: Communicator):
     if rank < 2 * fold.extra:
         send_packet(comm, encode(*mine, 0, n), rank - 1)
     return mine
+
+
+def terms(p: int, k: int, pair_bytes: int, supports: str) -> Terms:
+    """Critical-path steps and bytes for ``k`` pairs of ``pair_bytes`` per rank, below the
+    dense switch: ``"identical"`` supports on any ``p``, ``"disjoint"`` on a power of two."""
+    q = largest_power_of_two(p)
+    rounds, folded = q.bit_length() - 1, int(p != q)
+    steps = 2 * rounds + 4 * folded
+    if supports == "identical":
+        return Terms(steps, (rounds + 2 * folded) * (OVERHEAD_BYTES + k * pair_bytes), 0)
+    if folded:
+        raise ValueError("the disjoint closed form is for a power of two")
+    return Terms(steps, rounds * OVERHEAD_BYTES + (p - 1) * k * pair_bytes, 0)

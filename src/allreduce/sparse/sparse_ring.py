@@ -10,13 +10,17 @@ This is the course's own construction of the sparse ring; the thesis that motiva
 
 Cost: 4(p−1)·α (each step sends a length, then the chunk) + Σ over steps of the largest
 chunk in flight·β, about (c/p)·[Σ_{s<p} u_s + (p−1)·u_p]·β where u_s is the size of the
-union of s ranks' supports and c the bytes of a pair."""
+union of s ranks' supports and c the bytes of a pair.  In closed form (:func:`terms`), with
+k pairs per rank spread evenly over the chunks: 2(p−1)·(h + k·c/p) bytes when the supports
+are identical, 2(p−1)·h + 1.5·(p−1)·k·c when they are disjoint, h the bytes an exchange
+adds."""
 
 from __future__ import annotations
 
 from ..algorithms._schedule import chunk_bounds, left, right
 from ..comm import Communicator
-from .exchange import sendrecv_packet
+from ..cost import Terms
+from .exchange import OVERHEAD_BYTES, sendrecv_packet
 from .vector import decode, encode, merge, split_at
 
 
@@ -37,3 +41,13 @@ def sparse_ring(indices, values, n: int, comm: Communicator):
                                  left(comm))
         chunks[receive] = decode(packet, dtype, *bounds[receive])
     return merge(chunks, dtype)
+
+
+def terms(p: int, k: int, pair_bytes: int, supports: str) -> Terms:
+    """Critical-path steps and bytes for ``k`` pairs of ``pair_bytes`` per rank, ``k/p`` in
+    each chunk, below the dense switch, when the ``supports`` are ``"identical"`` or
+    ``"disjoint"``."""
+    head = 2 * (p - 1) * OVERHEAD_BYTES
+    if supports == "identical":
+        return Terms(4 * (p - 1), head + 2 * (p - 1) * k * pair_bytes / p, 0)
+    return Terms(4 * (p - 1), head + 1.5 * (p - 1) * k * pair_bytes, 0)
