@@ -189,3 +189,42 @@ def test_closed_forms_equal_the_replayed_trace(p):
             got = traced(name, p, n, vectors)
             want = formula if p > 1 else formula.__class__(0, 0, 0)
             assert (got.steps, got.bytes) == (want.steps, want.bytes), (name, supports)
+
+
+def test_topk_and_randomk_select_what_they_say():
+    from allreduce.sparse.compression import randomk, topk
+
+    x = np.array([0.5, -3.0, 2.0, 0.0, -2.0, 1.0], np.float32)
+    indices, values = topk(x, 3)
+    assert indices.tolist() == [1, 2, 4] and values.tolist() == [-3.0, 2.0, -2.0]
+    assert topk(x, 0)[0].size == 0 and topk(x, 99)[0].tolist() == list(range(6))
+    rng = np.random.default_rng(0)
+    indices, values = randomk(x, 2, rng)
+    assert len(indices) == 2 and np.all(np.diff(indices) > 0)
+    assert np.allclose(values, x[indices] * 3)  # scaled by n/k: unbiased
+    mean = np.zeros(6)
+    for _ in range(3000):
+        i, v = randomk(x.astype(np.float64), 2, rng)
+        mean[i] += v / 3000
+    assert np.allclose(mean, x, atol=0.15)
+
+
+def test_error_feedback_sends_everything_eventually():
+    """What was sent plus the residual always equals the sum of the gradients, and with the
+    same gradient every step (magnitudes within a factor of 3) every entry is sent."""
+    from allreduce.sparse.compression import ErrorFeedback
+
+    rng = np.random.default_rng(1)
+    n, k = 50, 5
+    feedback = ErrorFeedback(n, k, np.float64)
+    sent, total = np.zeros(n), np.zeros(n)
+    gradient = rng.choice([-1, 1], n) * rng.uniform(0.5, 1.5, n)
+    ever = np.zeros(n, bool)
+    for _ in range(n // k * 4):
+        total += gradient
+        indices, values = feedback.compress(gradient)
+        assert len(indices) == k
+        sent[indices] += values
+        ever[indices] = True
+        assert np.allclose(sent + feedback.residual, total)
+    assert ever.all()

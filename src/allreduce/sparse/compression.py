@@ -1,0 +1,50 @@
+"""Gradient compression that makes gradients sparse: Top-k and random-k, with error feedback
+(chapter "Sparse allreduce", in preparation).
+
+Sending only ``k`` of a gradient's ``n`` entries biases every step: the entries left out are
+lost.  **Error feedback** keeps them: what a rank did not send is its *residual*, added to its
+next gradient before selecting again (Stich, Cordonnier & Jaggi 2018; Karimireddy et al.
+2019), so that every entry is sent eventually and the sum of what was sent plus the residual
+always equals the sum of the gradients.  This is separate from the exact collective:
+:func:`~allreduce.sparse.sparse_allreduce` sums whatever each rank selected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` entries of the 1-D ``x`` largest in magnitude, as sorted indices and their
+    values (ties broken by the lower index, so every call on the same data agrees)."""
+    k = max(0, min(int(k), len(x)))
+    if k == 0:
+        return np.empty(0, np.int64), x[:0].copy()
+    order = np.argsort(-np.abs(x), kind="stable")[:k]  # stable: ties go to the lower index
+    indices = np.sort(order)
+    return indices, x[indices].copy()
+
+
+def randomk(x: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` entries of ``x`` chosen uniformly without replacement, scaled by ``n/k`` so that
+    the result is unbiased (its expectation is ``x``)."""
+    k = max(0, min(int(k), len(x)))
+    indices = np.sort(rng.choice(len(x), size=k, replace=False)) if k else np.empty(0, np.int64)
+    scale = len(x) / k if k else 0.0
+    return indices, (x[indices] * scale).astype(x.dtype)
+
+
+class ErrorFeedback:
+    """Top-k with a residual: :meth:`compress` adds the residual to the gradient, selects the
+    ``k`` largest entries to send, and keeps the rest as the next residual."""
+
+    def __init__(self, n: int, k: int, dtype=np.float32):
+        self.k = k
+        self.residual = np.zeros(n, dtype)
+
+    def compress(self, gradient: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        corrected = gradient + self.residual
+        indices, values = topk(corrected, self.k)
+        corrected[indices] = 0
+        self.residual = corrected  # what was not sent waits for the next step
+        return indices, values
