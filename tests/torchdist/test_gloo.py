@@ -84,3 +84,24 @@ def test_cuda_tensor_needs_nccl(world):
     except TypeError as error:
         message = str(error)
     assert_on_all_ranks("cannot go over a gloo process group" in message, message)
+
+
+@pytest.mark.parametrize("algorithm", [*allreduce.SPARSE_ALGORITHMS, "auto"])
+def test_sparse_coo_tensors_against_gloos_sparse_all_reduce(world, algorithm):
+    """allreduce.sparse_allreduce on torch sparse COO tensors over gloo, against gloo's own
+    sparse all_reduce (an all-gather of the pairs, then a sum): the same dense result, and
+    the union of the supports as the result's support."""
+    rank = dist.get_rank()
+    rng = np.random.default_rng(rank)
+    for dtype in (torch.int64, torch.float32):
+        for n, k in ((0, 0), (5, 5), (1000, 30), (1000, 0 if rank == 0 else 400)):
+            indices = torch.from_numpy(np.sort(rng.choice(n, size=k, replace=False)))
+            values = torch.from_numpy(rng.integers(-4, 5, k)).to(dtype)
+            mine = torch.sparse_coo_tensor(indices[None], values, (n,), check_invariants=True)
+            expected = mine.clone().coalesce()
+            dist.all_reduce(expected)
+            result = allreduce.sparse_allreduce(mine, world, algorithm=algorithm)
+            same = bool(torch.equal(result.to_dense(), expected.to_dense())
+                        and torch.equal(result.indices(), expected.coalesce().indices()))
+            assert_on_all_ranks(result.is_sparse and same,
+                                f"{algorithm} {dtype} n={n} k={k}: differs from gloo")
