@@ -16,6 +16,7 @@ from .algorithms._schedule import chunk_bounds
 from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
 from .comm import Communicator
 from .ops import DTYPES, OP_NAMES, OPS
+from .ddp_hook import DDPHookState, ddp_hook
 from .sparse import SPARSE_ALGORITHMS, sparse_allreduce
 from .transports import as_communicator
 
@@ -26,10 +27,12 @@ __all__ = [
     "OP_NAMES",
     "SPARSE_ALGORITHMS",
     "Communicator",
+    "DDPHookState",
     "allgather",
     "allreduce",
     "as_communicator",
     "chunk_bounds",
+    "ddp_hook",
     "reduce_scatter",
     "sparse_allreduce",
 ]
