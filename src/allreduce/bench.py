@@ -161,7 +161,7 @@ def run_sweep(ranks: int, algorithms: list[str], sizes: list[int], *, iterations
     import subprocess
     import sys
 
-    from .lab import mpiexec, rank_environment
+    from .launch import mpiexec, rank_environment
 
     command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
                "allreduce.bench", "--sweep", "--iterations", str(iterations),

@@ -349,7 +349,7 @@ def run_compare(ranks: int, algorithms: list[str], *, steps: int = 40, timeout: 
     import subprocess
     import sys
 
-    from .lab import mpiexec, rank_environment
+    from .launch import mpiexec, rank_environment
 
     command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
                "allreduce.training", "--steps", str(steps), *algorithms]

@@ -1,0 +1,31 @@
+"""The labs' cluster: ipyparallel engines started by MPI, in one call; and the check cells.
+
+In a script, a ``with`` block::
+
+    with allreduce.lab.cluster(n=4) as view:
+        view.execute("from mpi4py import MPI; rank = MPI.COMM_WORLD.rank")
+        print(view["rank"])         # [0, 1, 2, 3]: engine i is MPI rank i
+
+In a notebook, where a block cannot span cells, ``view = allreduce.lab.start(n=4)`` and, in
+the last cell, ``allreduce.lab.stop()``.  The engines also stop when the kernel exits or
+restarts, so a failing cell never leaves them behind.
+
+The engines are started with the ``mpiexec`` of the environment that runs this Python (the
+PyPI MPICH that ``make`` installs into ``.venv``), never with whatever ``mpiexec`` is first on
+PATH: Debian's cannot start the PyPI MPICH.  The view is blocking and activated, so ``%%px``
+cells work at once, and the engines are stopped when the block ends, even if a cell fails.
+
+On a cluster, start the engines with ipyparallel's own launchers instead (``ipcluster
+start --engines=MPI`` in an allocation, or ``--engines=Slurm``/``SSH``) and connect with
+``ipyparallel.Client()``: see the chapter "The allreduce library".
+"""
+
+from ..launch import ONE_THREAD_PER_RANK, mpiexec, rank_environment
+from .checks import CHECK_COUNTS, PHASES, check
+from .cluster import cluster, start, stop
+from .exercises import (check_busbw, check_choice, check_crossover, check_ddp_buckets,
+                        check_fit, check_overlap)
+
+__all__ = ["CHECK_COUNTS", "ONE_THREAD_PER_RANK", "PHASES", "check", "check_busbw",
+           "check_choice", "check_crossover", "check_ddp_buckets", "check_fit",
+           "check_overlap", "cluster", "mpiexec", "rank_environment", "start", "stop"]

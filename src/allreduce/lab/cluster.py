@@ -1,0 +1,155 @@
+"""The labs' cluster: ipyparallel engines started by MPI, in one call (see :mod:`allreduce.lab`).
+The engines stop with the block, with :func:`stop`, or when the kernel exits or dies."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..launch import ONE_THREAD_PER_RANK, mpiexec, rank_environment
+
+_running: list = []  # the cluster that start() made, for stop()
+_live: list = []  # every cluster not yet stopped, for _stop_all at exit
+
+
+def _start(n: int, timeout: float):
+    import ipyparallel as ipp
+    from traitlets.config import Config
+
+    config = Config()
+    config.MPILauncher.mpi_cmd = [str(mpiexec())]
+    config.MPIEngineSetLauncher.environment = {
+        name: value for name, value in rank_environment().items() if name in ONE_THREAD_PER_RANK}
+    # _stop_all, registered below, stops the engines when this Python exits (ipyparallel's
+    # own shutdown_atexit does too, but about 3 s slower, which every nbval run would wait).
+    # Errors only: the INFO lines name process ids and would differ in every notebook run.
+    # A heartbeat every second instead of every 3: the controller counts an engine as ready
+    # at its first heartbeat, so this cuts start-up from about 10 s to 6-7 s here; an
+    # engine is declared dead after 10 missed beats.
+    engines = ipp.Cluster(engines="mpi", n=n, config=config, load_profile=False,
+                          shutdown_atexit=False, log_level=logging.ERROR,
+                          controller_args=["--HeartMonitor.period=1000"])
+    try:
+        engines.start_cluster_sync()
+        _watch(engines)
+        client = engines.connect_client_sync()
+        client.wait_for_engines(n, timeout=timeout, interactive=False)
+    except BaseException:
+        engines.stop_cluster_sync()
+        raise
+    view = client[:]
+    view.block = True
+    _live.append((engines, view))
+    if _in_ipython():
+        from IPython import get_ipython
+
+        view.activate()  # %px and %%px now run on these engines
+        # no progress bars on long %%px cells: they would make outputs differ run to run
+        get_ipython().run_line_magic("pxconfig", "--progress-after -1")
+    return engines, view
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+
+def alive(kill, target):
+    try:
+        kill(target, 0)
+        return True
+    except OSError:
+        return False
+
+parent, groups = int(sys.argv[1]), [int(g) for g in sys.argv[2:]]
+while alive(os.kill, parent):
+    groups = [g for g in groups if alive(os.killpg, g)]
+    if not groups:  # stopped normally: nothing to do, and no reused id to hit later
+        sys.exit()
+    time.sleep(0.5)
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _watch(engines) -> None:
+    """Kill the controller and the engines if this process dies without stopping them.
+
+    ``atexit`` stops them on a normal exit, but a kernel can be killed outright (nbval
+    shuts its kernels down that way, and so does a crash); ipyparallel starts the
+    controller and ``mpiexec`` in sessions of their own, so nothing else would stop them.
+    A small process watches this one and kills those two process groups when it is gone;
+    it leaves as soon as the groups are gone, so a later process reusing their ids is safe.
+    """
+    import subprocess
+
+    launchers = [engines.controller, *engines.engines.values()]
+    groups = [str(launcher.pid) for launcher in launchers if getattr(launcher, "pid", None)]
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), *groups],
+                     start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextmanager
+def cluster(n: int = 4, *, timeout: float = 60) -> Iterator:
+    """Start ``n`` MPI engines and yield a blocking, activated ``DirectView`` on all of them.
+
+    Engine ``i`` is MPI rank ``i`` of ``MPI.COMM_WORLD`` on the engines.  The controller and
+    engines are stopped when the ``with`` block ends, however it ends.
+    """
+    engines, view = _start(n, timeout)
+    try:
+        yield view
+    finally:
+        _stop(engines, view)
+
+
+def start(n: int = 4, *, timeout: float = 60):
+    """For notebooks: start ``n`` MPI engines and return the blocking, activated view, as
+    :func:`cluster` does.  :func:`stop` (or the kernel exiting) stops them."""
+    stop()
+    engines, view = _start(n, timeout)
+    _running.append((engines, view))
+    return view
+
+
+def stop() -> None:
+    """Stop the engines that :func:`start` started, if any."""
+    while _running:
+        _stop(*_running.pop())
+
+
+def _stop(engines, view) -> None:
+    # the client first, then the engines, then the controller: about 1 s here, where
+    # stop_cluster_sync() with the client still open takes about 4 s
+    if (engines, view) not in _live:
+        return
+    _live.remove((engines, view))
+    view.client.close()
+    try:
+        engines.stop_engines_sync()
+    finally:
+        engines.stop_controller_sync()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop every cluster this process started and has not stopped (at exit)."""
+    while _live:
+        try:
+            _stop(*_live[-1])
+        except Exception:  # noqa: BLE001 - exiting anyway; the watchdog kills what is left
+            _live.pop()
+
+
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
