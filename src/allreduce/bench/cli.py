@@ -1,0 +1,136 @@
+"""The ``allreduce-bench`` command: nccl-tests' options (``-b -e -f``, ``-a``, ``-o``,
+``-d``), under ``mpiexec`` or ``torchrun``, and the book's sweep mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .record import _plot, fit_model, format_table
+from .sweep import sweep
+from .table import _World, run_table
+from .timing import ROUNDS
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"64K"`` → 65536, as nccl-tests' ``-b``/``-e`` read sizes."""
+    text = text.strip().upper().removesuffix("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    try:
+        return int(float(text[: len(text) - len(unit)]) * UNITS[unit])
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use e.g. 8, 1K, 64M)") from None
+
+
+def size_range(begin: int, end: int, factor: int) -> list[int]:
+    """``begin, begin·factor, …`` up to ``end`` (nccl-tests' ``-b -e -f``)."""
+    if begin <= 0 or end < begin or factor < 2:
+        raise ValueError("need 0 < begin <= end and factor >= 2")
+    sizes = [begin]
+    while sizes[-1] * factor <= end:
+        sizes.append(sizes[-1] * factor)
+    return sizes
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+    import csv
+    import json
+    import sys
+
+    from .. import cost
+    from ..api import ALGORITHMS
+    from ..transports import as_communicator
+
+    parser = argparse.ArgumentParser(
+        prog="allreduce-bench",
+        description="Allreduce benchmark in nccl-tests' columns, with the libraries' own "
+                    "allreduce as peers in the same run.  Launch it with "
+                    "`.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py -m allreduce.bench` "
+                    "or `.venv/bin/torchrun --nproc-per-node 4 -m allreduce.bench`.")
+    parser.add_argument("-b", "--minbytes", default="1K", help="smallest size (default 1K)")
+    parser.add_argument("-e", "--maxbytes", default="64M", help="largest size (default 64M)")
+    parser.add_argument("-f", "--stepfactor", type=int, default=4, help="size factor (default 4)")
+    parser.add_argument("-a", "--algorithms", default="ring,rabenseifner,auto",
+                        help="comma-separated, or 'all' (default ring,rabenseifner,auto)")
+    parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
+    parser.add_argument("-d", "--dtype", default="float32", help="float16/32/64, int32/64")
+    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
+    parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="under mpiexec, leave out the torch gloo peer")
+    parser.add_argument("--csv", type=Path, help="write the rows as CSV")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    parser.add_argument("--plot", type=Path, help="plot busbw against size (PNG)")
+    parser.add_argument("--save-model", action="store_true",
+                        help="keep the fitted model for auto (at $ALLREDUCE_MODEL or "
+                             "~/.cache/allreduce/model.json); every rank must see the same file")
+    parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
+    parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args(argv)
+    if args.sweep:  # the book's build-time measurements (run_sweep)
+        from mpi4py import MPI
+
+        algorithms = [a for a in rest if not a.startswith("-")] if rest else []
+        result = sweep(MPI.COMM_WORLD, algorithms, args.sizes, iterations=args.iterations)
+        if MPI.COMM_WORLD.rank == 0:
+            print(json.dumps(result))
+        return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    algorithms = [a for a in ALGORITHMS] if args.algorithms == "all" else args.algorithms.split(",")
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown:
+        parser.error(f"unknown algorithm(s) {', '.join(unknown)}; known: {', '.join(ALGORITHMS)}")
+    sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
+    world = _World(torch_peer=not args.no_torch)
+    show = world.rank == 0
+
+    def progress(done, total, nbytes):
+        if show:
+            print(f"\r# measured {done}/{total} size passes ({nbytes} B)", end="",
+                  file=sys.stderr, flush=True)
+
+    try:
+        rows = run_table(world, algorithms, sizes, dtype=args.dtype, op=args.op,
+                         iterations=args.iters, warmup=args.warmup_iters, progress=progress)
+    finally:
+        world.close()
+    if not show:
+        return 0
+    print(file=sys.stderr)
+    in_band = world.mpi is not None and as_communicator(world.comm).receives_any_length
+    model, rows = fit_model(rows, list(world.peers), in_band=in_band)
+    print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
+          f"{args.warmup_iters} warm-up + {args.iters} timed iterations in "
+          f"{min(ROUNDS, args.iters)} interleaved rounds; time = median over rounds of the "
+          "slowest rank's mean per call")
+    print(format_table(rows, list(world.peers)))
+    if model:
+        print(f"# model fitted to this run's algorithm rows (critical path of the whole call, "
+              f"relative error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
+              f"{1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, 1/gamma = "
+              f"{1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s, "
+              f"overhead = {model.overhead * 1e6:.1f} us per call")
+        if args.save_model:
+            print(f"# saved the model for auto to {cost.save(model)}")
+    fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
+              "peer_ratio", "predicted", "algbw", "busbw"]
+    records = [{f: getattr(row, f) for f in fields} for row in rows]
+    if args.csv:
+        with args.csv.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(records)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+    if args.plot:
+        _plot(rows, args.plot)
+    return 1 if any(row.wrong for row in rows) else 0
+
+
+def main() -> None:
+    """Console script ``allreduce-bench``."""
+    raise SystemExit(_main())
