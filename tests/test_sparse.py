@@ -228,3 +228,21 @@ def test_error_feedback_sends_everything_eventually():
         ever[indices] = True
         assert np.allclose(sent + feedback.residual, total)
     assert ever.all()
+
+
+def test_auto_switches_to_dense_as_the_density_grows():
+    """Under the reference machine's model: a sparse algorithm at 0.1% density, the dense
+    allreduce at 50% (the fill-in of 4 ranks' supports makes the pairs larger than the
+    values); and the prediction grows with the density for every algorithm."""
+    from allreduce.algorithms.auto import DEFAULT_MODEL
+    from allreduce.sparse import auto as sparse_auto
+
+    n = 16 << 20
+    def choice(density):
+        return sparse_auto.choose(n, [int(density * n)] * 4, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
+
+    assert choice(0.001) != "dense" and choice(0.5) == "dense"
+    for name in SPARSE_ALGORITHMS:
+        times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
+                 for d in (0.0001, 0.001, 0.01, 0.1, 0.5)]
+        assert times == sorted(times), name
