@@ -89,3 +89,29 @@ def test_fit_model_recovers_times_made_by_a_model():
             assert row.predicted is None
         else:
             assert row.predicted == pytest.approx(row.seconds)
+
+
+def test_sparse_benchmark_under_mpiexec(venv_bin, tmp_path):
+    """allreduce-bench --sparse on 3 ranks: every sparse algorithm, the two dense peers on the
+    densified vector, gloo's sparse all_reduce and the Top-k selection at each density, with
+    no wrong element, the nonzeros of the output, and the speed-up over the dense ring."""
+    import json
+
+    run = run_launcher([venv_bin / "mpiexec", "-n", "3", venv_bin / "python", "-m", "mpi4py",
+                        "-m", "allreduce.bench", "--sparse", "--count", "64K",
+                        "--densities", "0.001,0.2", "-n", "2", "-w", "1",
+                        "--json", tmp_path / "s.json"], timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = json.loads((tmp_path / "s.json").read_text())
+    names = {row["name"] for row in rows}
+    assert names == {"MPI_Allreduce", "ring (densified)", "dense", "allgather", "sparse_ring",
+                     "sparse_recursive_doubling", "auto", "torch gloo sparse",
+                     "Top-k selection"}
+    assert all(row["wrong"] == 0 and row["seconds"] > 0 for row in rows)
+    for density in (0.001, 0.2):  # every algorithm returns the union of the supports
+        out = {row["nnz_out"] for row in rows if row["density"] == density
+               and row["name"] not in ("Top-k selection", "MPI_Allreduce", "ring (densified)")}
+        assert len(out) == 1, out
+    ring = [row for row in rows if row["name"] == "ring (densified)"]
+    assert all(row["vs_ring"] == 1.0 for row in ring)
+    assert "vs ring" in run.stdout and "sparse_ring" in run.stdout

@@ -66,6 +66,12 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-model", action="store_true",
                         help="keep the fitted model for auto (at $ALLREDUCE_MODEL or "
                              "~/.cache/allreduce/model.json); every rank must see the same file")
+    parser.add_argument("--sparse", action="store_true",
+                        help="benchmark the sparse allreduce instead (under mpiexec): -a takes "
+                             "sparse algorithms, --count and --densities set the vectors")
+    parser.add_argument("--count", default="16M", help="--sparse: dense length n (default 16M)")
+    parser.add_argument("--densities", default="0.0001,0.001,0.01,0.1,0.5",
+                        help="--sparse: comma-separated densities (default 0.01%% to 50%%)")
     parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
     parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
@@ -80,6 +86,8 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.sparse:
+        return _sparse_main(parser, args)
     algorithms = [a for a in ALGORITHMS] if args.algorithms == "all" else args.algorithms.split(",")
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:
@@ -128,6 +136,33 @@ def _main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(records, indent=1))
     if args.plot:
         _plot(rows, args.plot)
+    return 1 if any(row.wrong for row in rows) else 0
+
+
+def _sparse_main(parser, args) -> int:
+    import json
+
+    from mpi4py import MPI
+
+    from ..sparse import SPARSE_ALGORITHMS
+    from .sparse import format_sparse, sparse_table
+
+    names = [*SPARSE_ALGORITHMS, "auto"] if args.algorithms in ("all", "ring,rabenseifner,auto") \
+        else args.algorithms.split(",")
+    unknown = [a for a in names if a not in (*SPARSE_ALGORITHMS, "auto")]
+    if unknown:
+        parser.error(f"unknown sparse algorithm(s) {', '.join(unknown)}; known: "
+                     f"{', '.join(SPARSE_ALGORITHMS)}, auto")
+    densities = [float(d) for d in args.densities.split(",")]
+    rows = sparse_table(MPI.COMM_WORLD, parse_size(args.count), densities, names,
+                        iterations=args.iters, warmup=args.warmup_iters,
+                        torch_peer=not args.no_torch)
+    if MPI.COMM_WORLD.rank == 0:
+        print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum, "
+              "uniform random supports; time = median over interleaved rounds, slowest rank")
+        print(format_sparse(rows))
+        if args.json:
+            args.json.write_text(json.dumps([row.__dict__ for row in rows], indent=1))
     return 1 if any(row.wrong for row in rows) else 0
 
 

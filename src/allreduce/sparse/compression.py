@@ -20,8 +20,11 @@ def topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     k = max(0, min(int(k), len(x)))
     if k == 0:
         return np.empty(0, np.int64), x[:0].copy()
-    order = np.argsort(-np.abs(x), kind="stable")[:k]  # stable: ties go to the lower index
-    indices = np.sort(order)
+    magnitude = np.abs(x)
+    threshold = np.partition(magnitude, len(x) - k)[len(x) - k]  # the k-th largest: O(n)
+    above = np.flatnonzero(magnitude > threshold)
+    ties = np.flatnonzero(magnitude == threshold)[:k - len(above)]  # lower indices first
+    indices = np.sort(np.concatenate([above, ties]))
     return indices, x[indices].copy()
 
 
