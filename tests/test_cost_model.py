@@ -90,6 +90,25 @@ def test_measured_crossover():
 def test_save_and_load_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_MODEL", str(tmp_path / "m.json"))
     assert cost.load() is None
-    model = cost.Model(alpha=3e-6, beta=2e-10, gamma=1e-10)
+    model = cost.Model(alpha=3e-6, beta=2e-10, gamma=1e-10, overhead=4e-5)
     assert cost.save(model) == tmp_path / "m.json"
     assert cost.load() == model
+    # a model saved before the overhead term existed still loads, with no overhead
+    (tmp_path / "m.json").write_text('{"alpha": 3e-06, "beta": 2e-10, "gamma": 1e-10}')
+    assert cost.load() == cost.Model(alpha=3e-6, beta=2e-10, gamma=1e-10, overhead=0.0)
+
+
+def test_fit_recovers_a_per_call_overhead():
+    """With overhead=True the fit finds a constant per call beside α, β and γ, and the
+    model's prediction adds it to the formula's terms."""
+    truth = cost.Model(alpha=20e-6, beta=1e-9, gamma=0.3e-9, overhead=50e-6)
+    sizes = [2**k for k in range(8, 27, 2)]
+    counts = [cost.terms(a, p, n) for a in ("ring", "recursive_doubling") for p in (2, 4)
+              for n in sizes]
+    seconds = [truth.predict(c) for c in counts]
+    assert seconds[0] == pytest.approx(counts[0].steps * 20e-6 + counts[0].bytes * 1e-9
+                                       + counts[0].reduced * 0.3e-9 + 50e-6)
+    fitted = cost.fit(counts, seconds, overhead=True)
+    for name in ("alpha", "beta", "gamma", "overhead"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+    assert cost.fit(counts, seconds).overhead == 0  # not fitted unless asked for

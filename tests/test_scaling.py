@@ -42,3 +42,18 @@ def test_strong_scaling_falls_as_ranks_are_added():
     values = [scaling.strong_efficiency(p, global_batch=1024, **EXAMPLE)
               for p in (2, 8, 64, 512)]
     assert values == sorted(values, reverse=True) and 0 < values[-1] < 0.15
+
+
+def test_the_chapters_worked_example_by_hand():
+    """512 GPUs, 1e9 bytes, 100 Gb/s: Rabenseifner's formula written out (18 steps of 2 µs,
+    2·511/512·n bytes at 12.5 GB/s, 511/512·n reduced at 100 GB/s), then the step with and
+    without overlap, and the weak-scaling efficiency, computed here without scaling.step."""
+    allreduce_seconds = 18 * 2e-6 + 2 * 511 / 512 * 1e9 / 12.5e9 + 511 / 512 * 1e9 / 100e9
+    step = scaling.step(512, samples=32, **EXAMPLE)
+    assert step.algorithm == "rabenseifner"
+    assert step.communicate == pytest.approx(allreduce_seconds)
+    assert step.seconds == pytest.approx(0.25 + allreduce_seconds)
+    hidden = scaling.step(512, samples=32, overlap=2 / 3, **EXAMPLE)
+    assert hidden.seconds == pytest.approx(0.25 + allreduce_seconds - 0.25 * 2 / 3)
+    assert scaling.weak_efficiency(512, batch=32, **EXAMPLE) == pytest.approx(
+        0.25 / (0.25 + allreduce_seconds))

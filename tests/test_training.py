@@ -76,6 +76,14 @@ def test_overlap_submits_in_one_fixed_order_whatever_order_the_hooks_fire_in():
             ordered.submit(parameters[index].grad)
         got = recorder.submitted[before:]
         assert [id(t) for t in got] == [id(parameters[i].grad) for i in (2, 1, 0)], fired
+    ordered.check_step_complete()  # a whole step: nothing pending
+    ordered.submit(parameters[0].grad)  # held back: 2 and 1 come first in the fixed order
+    with pytest.raises(RuntimeError, match="submitted twice"):
+        ordered.submit(parameters[0].grad)
+    with pytest.raises(RuntimeError, match="2 of the model's 3 gradients were not submitted"):
+        ordered.check_step_complete()
+    with pytest.raises(ValueError, match="not the .grad"):
+        ordered.submit(torch.zeros(1))
 
 
 def test_under_mpiexec_against_ddp(venv_bin):

@@ -4,11 +4,13 @@
 local reduction it is asked to do, with element offsets into the buffer being reduced.
 :class:`Trace` gathers the logs of all ranks and answers the questions the cost model asks:
 
-* messages, elements sent and elements reduced, per rank (the β and γ terms);
-* **steps**: the length of the critical path under the α-β model's assumption that a rank
-  sends one message and receives one message at a time (full duplex, single port; Thakur,
-  Rabenseifner & Gropp 2005).  It is computed by replaying the logs with a clock per port,
-  matching the k-th send from ``s`` to ``d`` with the k-th receive at ``d`` from ``s``.
+* messages, elements sent and elements reduced, per rank;
+* the **critical path** under the α-β-γ model's assumption that a rank sends one message
+  and receives one message at a time (full duplex, single port; Thakur, Rabenseifner &
+  Gropp 2005): :meth:`Trace.critical_path` replays the logs as a discrete-event simulation,
+  matching the k-th send from ``s`` to ``d`` with the k-th receive at ``d`` from ``s``, and
+  :meth:`Trace.terms` gives its steps, bytes and bytes reduced, which every algorithm's
+  formula must equal.
 
 With ``watch(buf, snapshots=True)`` the tracer also copies the watched buffer after every
 receive and reduction, and :meth:`Trace.states` replays those copies onto the same step
@@ -248,11 +250,11 @@ class Trace:
             return a + event.nbytes * b
 
         departures: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
-        received: dict[tuple[int, int, int], int] = defaultdict(int)
+        posted: dict[tuple[int, int, int], int] = defaultdict(int)  # receives posted per key
         clock = [0.0] * self.size
         send_port = [0.0] * self.size
         recv_port = [0.0] * self.size
-        pending: list[dict[int, tuple[Event, float]]] = [{} for _ in range(self.size)]
+        pending: list[dict[int, tuple[Event, float, int]]] = [{} for _ in range(self.size)]
         position = [0] * self.size
         done = [False] * self.size
         times: list[list[float]] = [[] for _ in range(self.size)]
@@ -268,16 +270,18 @@ class Trace:
                             departure = send_port[rank] = (max(clock[rank], send_port[rank])
                                                            + cost(event))
                         departures[rank, event.peer, event.tag].append((departure, cost(event)))
-                        pending[rank][event.id] = (event, departure)
+                        pending[rank][event.id] = (event, departure, -1)
                         times[rank].append(departure)
                         position[rank] += 1
                         progressed = True
                         continue
-                    elif event.kind == "recv":
-                        pending[rank][event.id] = (event, clock[rank])
+                    elif event.kind == "recv":  # matched in the order receives are posted
+                        key = (event.peer, rank, event.tag)
+                        pending[rank][event.id] = (event, clock[rank], posted[key])
+                        posted[key] += 1
                     elif event.kind == "wait":
-                        if not self._complete(rank, event, pending, departures, received,
-                                              clock, recv_port):
+                        if not self._complete(rank, event, pending, departures, clock,
+                                              recv_port):
                             break  # the matching send has not been replayed yet
                     elif event.kind == "reduce":
                         clock[rank] += event.nbytes * gamma
@@ -290,25 +294,23 @@ class Trace:
         return clock, times
 
     @staticmethod
-    def _complete(rank, wait, pending, departures, received, clock, recv_port) -> bool:
+    def _complete(rank, wait, pending, departures, clock, recv_port) -> bool:
+        """Finish ``wait`` on ``rank`` if every message it waits for has been sent: the
+        receive port takes them in the order they arrive."""
         finish = clock[rank]
         receives = []
-        taken: dict[tuple[int, int, int], int] = defaultdict(int)  # this wait's earlier matches
         for request in wait.requests:
-            event, posted = pending[rank][request]
+            event, time, index = pending[rank][request]
             if event.kind == "send":
-                finish = max(finish, posted)
+                finish = max(finish, time)
                 continue
             key = (event.peer, rank, event.tag)
-            index = received[key] + taken[key]
-            taken[key] += 1
             if index >= len(departures[key]):
-                return False
-            receives.append((key, posted, *departures[key][index]))
-        for key, posted, departure, cost in receives:
-            received[key] += 1
+                return False  # the matching send has not been replayed yet
+            receives.append((*departures[key][index], time))
+        for departure, cost, time in sorted(receives):
             if cost:
-                recv_port[rank] = max(max(posted, recv_port[rank]) + cost, departure)
+                recv_port[rank] = max(max(time, recv_port[rank]) + cost, departure)
                 finish = max(finish, recv_port[rank])
             else:
                 finish = max(finish, departure)

@@ -164,13 +164,29 @@ class InOrder:
 
     def submit(self, grad) -> None:
         """``grad`` (a parameter's ``.grad``) is ready; submit every gradient now due."""
-        self._ready.add(next(i for i, p in enumerate(self.order) if p.grad is grad))
+        index = next((i for i, p in enumerate(self.order) if p.grad is grad), None)
+        if index is None:
+            raise ValueError("submit was given a tensor that is not the .grad of any of the "
+                             "model's parameters")
+        if index < self._next or index in self._ready:
+            raise RuntimeError(f"the gradient of parameter {len(self.order) - 1 - index} was "
+                               "submitted twice in one step")
+        self._ready.add(index)
         while self._next in self._ready:
             self.thread.submit(self.order[self._next].grad)
             self._next += 1
         if self._next == len(self.order):  # the step's last gradient: start the next step
             self._next = 0
             self._ready.clear()
+
+    def check_step_complete(self) -> None:
+        """Raise unless every gradient of the step was submitted (called before waiting)."""
+        if self._next or self._ready:
+            missing = len(self.order) - self._next - len(self._ready)
+            self._next, self._ready = 0, set()
+            raise RuntimeError(f"{missing} of the model's {len(self.order)} gradients were not "
+                               "submitted in this step: every parameter must get a gradient "
+                               "(as DDP requires without find_unused_parameters)")
 
 
 class Overlap:
@@ -185,9 +201,11 @@ class Overlap:
         if any(theirs != shapes for theirs in comm.allgather_object(shapes)):
             raise ValueError("the ranks' models differ: their parameter shapes do not agree")
         self.thread = CommThread(comm, algorithm)
-        (attach or attach_hooks)(model, InOrder(self.thread, model.parameters()))
+        self.ordered = InOrder(self.thread, model.parameters())
+        (attach or attach_hooks)(model, self.ordered)
 
     def __call__(self, model, comm, algorithm: str = "auto") -> None:
+        self.ordered.check_step_complete()
         self.thread.wait()
 
     def close(self) -> None:

@@ -20,11 +20,14 @@ from ..cost import Formula
 from ..ops import Op
 from ._schedule import chunk_bounds
 
-COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)*n/S", reduced="(p - 1)*n/S",
-               options=(("servers", "S", "1"),))
+def _cost(default_servers: str) -> Formula:
+    return Formula(steps="2*(p - 1)", bytes="2*(p - 1)*n/S", reduced="(p - 1)*n/S",
+                   options=(("servers", "S", default_servers),))
+
+
+COST = _cost("1")
 #: The same, with one shard per rank unless ``servers`` says otherwise.
-SHARDED_COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)*n/S", reduced="(p - 1)*n/S",
-                       options=(("servers", "S", "p"),))
+SHARDED_COST = _cost("p")
 
 
 def parameter_server(buf, comm: Communicator, op: Op, servers: int = 1) -> None:

@@ -9,8 +9,9 @@ power of two first (:class:`~allreduce.algorithms._schedule.PowerOfTwoFold`).
 Cost (:data:`COST`): 2·lg p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ for a power of two
 (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005): the ring's bandwidth term with the
 tree's step count.  Folded, q = 2^⌊lg p⌋ ranks run it and the fold adds two steps of n
-bytes and one reduction of n: (2(q−1)/q + 2)·n·β, as MPICH's
-``allreduce_intra_reduce_scatter_allgather.c`` states.
+bytes and one reduction of n: (2(q−1)/q + 2)·n·β.  MPICH's cost comment in
+``allreduce_intra_reduce_scatter_allgather.c`` writes it (2(p−1)/p + 2)·n·β, with p in the
+fraction; the replayed trace has q there, the ranks that remain after the fold.
 """
 
 from __future__ import annotations
