@@ -286,25 +286,35 @@ def in_band_terms(algorithm: str, p: int, nbytes: int) -> Terms:
 def _raise_for(comm: Communicator, call: CallDescription) -> None:
     """The error path, on every rank: gather the full descriptions so that the message can
     name every rank's values, and raise."""
-    problem = None if call.problem is None else f"{type(call.problem).__name__}: {call.problem}"
-    everyone = comm.allgather_object((call.fields(), problem, _problem_code(call.problem)))
-    failing = [rank for rank, (_, problem, _) in enumerate(everyone) if problem]
+    raise_on_every_rank(comm, call.fields(), call.problem, "allreduce",
+                        "Every rank must pass an array of the same shape and dtype, with the "
+                        "same op and algorithm.",
+                        RuntimeError("allreduce: the ranks' calls differ in a way this check "
+                                     "cannot name"))
+
+
+def raise_on_every_rank(comm: Communicator, fields: dict[str, object],
+                        problem: Exception | None, caller: str, advice: str,
+                        otherwise: Exception) -> None:
+    """Raise the same exception on every rank (collective): the first rank's own problem if
+    any rank found one, else the first field of ``fields`` on which the ranks disagree,
+    naming each rank's value, else ``otherwise``.  Shared by the dense and sparse calls."""
+    text = None if problem is None else f"{type(problem).__name__}: {problem}"
+    everyone = comm.allgather_object((fields, text, _problem_code(problem)))
+    failing = [rank for rank, (_, text, _) in enumerate(everyone) if text]
     if failing:
         details = "; ".join(f"rank {rank}: {everyone[rank][1]}" for rank in failing)
         raise _ERROR_TYPES[everyone[failing[0]][2]](
-            f"allreduce: invalid call on {_ranks(failing)} ({details})"
+            f"{caller}: invalid call on {_ranks(failing)} ({details})"
         )
-    for name in call.fields():
+    for name in fields:
         groups: dict[str, list[int]] = {}
-        for rank, (fields, _, _) in enumerate(everyone):
-            groups.setdefault(_show(fields[name]), []).append(rank)
+        for rank, (theirs, _, _) in enumerate(everyone):
+            groups.setdefault(_show(theirs[name]), []).append(rank)
         if len(groups) > 1:
             listing = ", ".join(f"{value} on {_ranks(ranks)}" for value, ranks in groups.items())
-            raise ValueError(
-                f"allreduce: the ranks disagree on the {name}: {listing}. Every rank must pass "
-                "an array of the same shape and dtype, with the same op and algorithm."
-            )
-    raise RuntimeError("allreduce: the ranks' calls differ in a way this check cannot name")
+            raise ValueError(f"{caller}: the ranks disagree on the {name}: {listing}. {advice}")
+    raise otherwise
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..comm import Communicator
 from ..ops import DTYPES, check_op_for_dtype
-from ..validation import _ranks
+from ..validation import _problem_code, raise_on_every_rank
 
 SPARSE_OPS = ("sum", "mean")
 _ALIASES = {"avg": "mean"}
@@ -30,7 +30,7 @@ class SparseCall:
     problem: Exception | None = field(default=None, repr=False)
 
     def row(self, algorithms: tuple[str, ...], model_bits: tuple[int, ...]) -> np.ndarray:
-        code = 0 if self.problem is None else 1 if isinstance(self.problem, TypeError) else 2
+        code = _problem_code(self.problem)
         dtype = -1 if self.values is None else _index(DTYPES, self.values.dtype.name)
         count = -1 if self.indices is None else len(self.indices)
         return np.array([code, self.n, dtype, _index(SPARSE_OPS, self.op),
@@ -98,22 +98,12 @@ def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
     table = comm.allgather_ints(call.row(algorithms, model_bits))
     if not table[:, 0].any() and (table[:, :-1] == table[0, :-1]).all():
         return [int(count) for count in table[:, -1]]
-    problem = None if call.problem is None else f"{type(call.problem).__name__}: {call.problem}"
-    everyone = comm.allgather_object((call.fields(), problem))
-    failing = [rank for rank, (_, problem) in enumerate(everyone) if problem]
-    if failing:
-        details = "; ".join(f"rank {rank}: {everyone[rank][1]}" for rank in failing)
-        kind = TypeError if everyone[failing[0]][1].startswith("TypeError") else ValueError
-        raise kind(f"sparse_allreduce: invalid call on {_ranks(failing)} ({details})")
-    for name in call.fields():
-        groups: dict[str, list[int]] = {}
-        for rank, (fields, _) in enumerate(everyone):
-            groups.setdefault(str(fields[name]), []).append(rank)
-        if len(groups) > 1:
-            listing = ", ".join(f"{value} on {_ranks(ranks)}" for value, ranks in groups.items())
-            raise ValueError(f"sparse_allreduce: the ranks disagree on the {name}: {listing}")
-    raise ValueError("sparse_allreduce: the ranks' cost models differ (a saved model on some "
-                     "ranks only?), so auto could choose differently on each")
+    raise_on_every_rank(comm, call.fields(), call.problem, "sparse_allreduce",
+                        "Every rank must pass the same n, dtype, op and algorithm.",
+                        ValueError("sparse_allreduce: the ranks' cost models differ (a saved "
+                                   "model on some ranks only?), so auto could choose "
+                                   "differently on each"))
+    return []  # not reached: raise_on_every_rank always raises
 
 
 def _is_torch_sparse(x) -> bool:
