@@ -11,7 +11,7 @@ import numpy as np
 
 from ..comm import Communicator
 from ..ops import DTYPES, check_op_for_dtype
-from ..validation import _problem_code, raise_on_every_rank
+from ..validation import _index, _problem_code, raise_on_every_rank
 
 SPARSE_OPS = ("sum", "mean")
 _ALIASES = {"avg": "mean"}
@@ -39,10 +39,6 @@ class SparseCall:
     def fields(self) -> dict[str, object]:
         return {"dense length n": self.n, "dtype": None if self.values is None else
                 self.values.dtype.name, "op": self.op, "algorithm": self.algorithm}
-
-
-def _index(names, name) -> int:
-    return names.index(name) if name in names else -1
 
 
 def describe(indices, values, n, op, algorithm, algorithms) -> SparseCall:
