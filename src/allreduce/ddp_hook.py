@@ -11,7 +11,8 @@ torch's own ``allreduce_hook`` does; and it reduces everything in one bucket in 
 iteration, then rebuilds its buckets (:mod:`allreduce.ddp_buckets`), so residuals kept per
 bucket start only after ``start_iteration`` (the reason for ``powerSGD_hook``'s
 ``start_powerSGD_iter``); before that, and always with ``density=None``, the hook runs the
-dense allreduce.
+dense allreduce (on any backend).  Top-k works on CPU buckets (gloo): the sparse allreduce
+moves numpy arrays.
 """
 
 from __future__ import annotations
