@@ -242,6 +242,10 @@ def test_auto_switches_to_dense_as_the_density_grows():
         return sparse_auto.choose(n, [int(density * n)] * 4, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
 
     assert choice(0.001) != "dense" and choice(0.5) == "dense"
+    # a caller who wants the dense sum spares the dense path its presence mask and gather
+    counts = [int(0.1 * n)] * 4
+    assert sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL, dense_output=True) < \
+        sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL) / 1.5
     for name in SPARSE_ALGORITHMS:
         times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
                  for d in (0.0001, 0.001, 0.01, 0.1, 0.5)]

@@ -53,6 +53,7 @@ def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
     from ..api import allreduce
     from ..sparse import sparse_allreduce
     from ..sparse.compression import topk
+    from ..sparse.vector import densify
 
     rows, inputs, expected = [], {}, {}
     for density in densities:
@@ -84,7 +85,7 @@ def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
         k = comm.allreduce(len(indices), op=_max())
         for name in names:
             out = results[name]
-            got = out if isinstance(out, np.ndarray) else _densify(*out, n)
+            got = out if isinstance(out, np.ndarray) else densify(*out, n)
             wrong = int(np.sum(~np.isclose(got, reference, rtol=1e-5, atol=1e-5 * comm.size)))
             nnz = int(np.count_nonzero(got)) if isinstance(out, np.ndarray) else len(out[0])
             rows.append(SparseRow(n, density, name, seconds[name], comm.size, k, nnz,
@@ -132,12 +133,6 @@ def _gloo_rows(comm, n, densities, inputs, expected, iterations, warmup) -> list
     finally:
         dist.destroy_process_group()
     return rows
-
-
-def _densify(indices, values, n):
-    out = np.zeros(n, values.dtype)
-    out[indices] = values
-    return out
 
 
 def _max():

@@ -3,8 +3,8 @@
 
 ``sparse_allreduce(indices, values, n, comm)`` takes each rank's sorted, unique indices into
 a dense vector of length ``n`` and their values, and gives every rank the sum on the union
-of the supports, as ``(indices, values)``: indices int32 (int64 from 2³¹ elements) and values of the
-input's dtype.  It equals the dense allreduce of the densified vectors, exactly for integers
+of the supports, as ``(indices, values)``: indices int32 (int64 from 2³¹ elements) and
+values of the input's dtype.  It equals the dense allreduce of the densified vectors, exactly for integers
 and to rounding for floats, and every rank gets the same bits.  A torch sparse COO 1-D tensor
 may be passed instead, ``sparse_allreduce(t, comm)``, and one comes back.
 
@@ -25,7 +25,7 @@ from .check import _is_torch_sparse, agree, as_torch, describe
 from .dense import dense
 from .sparse_recursive_doubling import sparse_recursive_doubling
 from .sparse_ring import sparse_ring
-from .vector import index_dtype
+from .vector import densify, index_dtype
 
 _REGISTRY = {"dense": dense, "allgather": allgather, "sparse_ring": sparse_ring,
              "sparse_recursive_doubling": sparse_recursive_doubling}
@@ -38,9 +38,9 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
                      op: str = "sum", *, dense_output: bool = False):
     """Sum the sparse vectors ``(indices, values)`` of length ``n`` over every rank of
     ``comm``; ``op`` is ``"sum"`` or ``"mean"`` (``"avg"``).  Returns ``(indices, values)``
-    on the union of the ranks' supports, or the dense sum when ``dense_output``; for a torch sparse
-    tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).  The
-    caller's arrays are never modified."""
+    on the union of the ranks' supports, or the dense sum when ``dense_output``; for a torch
+    sparse tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).
+    The caller's arrays are never modified."""
     if _is_torch_sparse(indices) and comm is None:
         comm, values = values, None
     communicator = as_communicator(comm)
@@ -53,7 +53,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     n, values = call.n, call.values
     chosen = call.algorithm
     if chosen == "auto":
-        chosen = auto.choose(n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS)
+        chosen = auto.choose(n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS,
+                             dense_output=dense_output)
     full = result = None
     if communicator.size == 1:
         result = (call.indices, values.copy())
@@ -68,8 +69,7 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
             result = (result[0], result[1] / values.dtype.type(communicator.size))
     if dense_output:
         if full is None:
-            full = np.zeros(n, values.dtype)
-            full[result[0]] = result[1]
+            full = densify(*result, n)
         if call.torch:
             import torch
 

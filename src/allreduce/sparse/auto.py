@@ -37,8 +37,10 @@ def _sort(m: float) -> float:
     return m * math.log2(max(m, 2.0))
 
 
-def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model) -> float:
-    """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r``."""
+def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
+            dense_output: bool = False) -> float:
+    """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r`` (with
+    ``dense_output``, ``dense`` needs neither the presence mask nor the gather)."""
     p = len(counts)
     if p == 1:
         return 0.0
@@ -47,8 +49,10 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
     k = max(counts)
     dense_bytes = n * itemsize
     if algorithm == "dense":  # the values' allreduce, the presence mask's, and the copies
-        wire = 2 * model.time(fastest(dense_bytes, p, model), p, dense_bytes)
-        return wire + n * LOCAL["densify"] + union(n, density, p) * LOCAL["gather"]
+        wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
+        if dense_output:
+            return wire + n * LOCAL["densify"]
+        return 2 * wire + n * LOCAL["densify"] + union(n, density, p) * LOCAL["gather"]
     if algorithm == "allgather":  # each step forwards one block; every rank merges all
         wire = 2 * (p - 1) * model.alpha + (p - 1) * min(k * pair, dense_bytes) * model.beta
         return wire + 2 * (p - 1) * k * LOCAL["code"] + _sort(sum(counts)) * LOCAL["merge"]
@@ -74,6 +78,8 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
     raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
 
 
-def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates) -> str:
+def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
+           dense_output: bool = False) -> str:
     """The candidate with the smallest :func:`predict` (ties to the one listed first)."""
-    return min(candidates, key=lambda name: predict(name, n, counts, itemsize, model))
+    return min(candidates, key=lambda name: predict(name, n, counts, itemsize, model,
+                                                    dense_output=dense_output))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm import Communicator
+from .vector import densify
 
 
 def dense(indices, values, n: int, comm: Communicator, *, dense_output: bool = False):
@@ -16,8 +17,7 @@ def dense(indices, values, n: int, comm: Communicator, *, dense_output: bool = F
     union of the ranks' supports."""
     from ..api import allreduce
 
-    full = np.zeros(n, values.dtype)
-    full[indices] = values
+    full = densify(indices, values, n)
     allreduce(full, comm, algorithm="auto", out=full)
     if dense_output:
         return full

@@ -80,6 +80,13 @@ def decode(packet: np.ndarray, dtype: np.dtype, lo: int, hi: int) -> tuple[np.nd
     return indices, packet[split:].view(dtype).copy()
 
 
+def densify(indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """The dense vector of length ``n`` that the pairs describe (zeros elsewhere)."""
+    full = np.zeros(n, values.dtype)
+    full[indices] = values
+    return full
+
+
 def split_at(indices: np.ndarray, bounds: list[tuple[int, int]]) -> list[slice]:
     """The slices of ``indices`` (sorted) that fall in each ``[lo, hi)`` of ``bounds``."""
     cuts = np.searchsorted(indices, [lo for lo, _ in bounds] + [bounds[-1][1]])
