@@ -151,15 +151,88 @@ def test_ops_that_are_not_sparse_raise_a_clear_error(op):
     run_threads(3, body)
 
 
-def traced(algorithm, p, n, vectors):
+def traced(algorithm, p, n, vectors, **options):
     from allreduce.trace import Trace, TracingCommunicator
 
     def body(comm):
         tracer = TracingCommunicator(comm)
-        sparse_allreduce(*vectors[comm.rank], n, tracer, algorithm=algorithm)
+        sparse_allreduce(*vectors[comm.rank], n, tracer, algorithm=algorithm, **options)
         return tracer.events
 
     return Trace(run_threads(p, body), 1).terms()
+
+
+def clustered(rng, p, n, density):
+    """Supports that cluster as Top-k gradients do: rank r draws from the first n/(1 + r%3)
+    indices, a different number of pairs each."""
+    vectors = []
+    for rank in range(p):
+        span = max(1, n // (1 + rank % 3))
+        k = min(span, int(density * n * rng.uniform(0.2, 1.5)))
+        indices = np.sort(rng.choice(span, size=k, replace=False)) if n else np.empty(0, int)
+        vectors.append((indices.astype(np.int64), rng.integers(-3, 4, len(indices))))
+    return vectors
+
+
+@pytest.mark.parametrize("algorithm", ["sparse_ring", "sparse_direct"])
+@pytest.mark.parametrize("p", range(1, 9))
+def test_chunks_of_equal_nonzeros_give_the_same_sum(algorithm, p):
+    rng = np.random.default_rng(10 + p)
+    for n in (0, 1, p, 300, 5000):
+        for density in (0.0, 0.02, 0.4):
+            vectors = clustered(rng, p, n, density)
+            results = run_threads(p, lambda c: sparse_allreduce(
+                *vectors[c.rank], n, c, algorithm=algorithm, boundaries="nonzeros"))
+            want = dense_sum(vectors, n, "int64")
+            union = np.unique(np.concatenate([i for i, _ in vectors] + [np.empty(0, int)]))
+            for indices, values in results:
+                assert (indices == union).all() and (values == want[union]).all()
+
+
+def test_chunks_of_equal_nonzeros_balance_clustered_supports():
+    """With every pair in the first tenth of the range, equal lengths put them all in one
+    chunk; equal nonzeros spread them within a bin's width of k/p each."""
+    from allreduce.sparse.chunks import balanced, equal_length, histogram
+
+    p, n = 8, 80_000
+    rng = np.random.default_rng(3)
+    supports = [np.sort(rng.choice(n // 10, 400, replace=False)) for _ in range(p)]
+    total = sum(histogram(s, n, p) for s in supports)
+
+    def largest(bounds):
+        return max(sum(int(((s >= lo) & (s < hi)).sum()) for s in supports) for lo, hi in bounds)
+
+    assert largest(equal_length(n, p)) == p * 400
+    assert largest(balanced(total, n, p)) <= p * 400 / p + total.max()
+    bounds = balanced(total, n, p)
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_the_cost_from_the_supports_is_the_replayed_trace(p):
+    """allreduce.sparse.cost computes every message from the supports (the unions after
+    each merge, the dense switch) and runs the schedule's recurrence: its steps and bytes
+    equal the tracing communicator's replay of the real code, for uneven, clustered
+    supports whose messages differ from rank to rank; and "each step waits for its largest
+    message" bounds it from above."""
+    from allreduce.sparse import cost
+
+    rng = np.random.default_rng(20 + p)
+    for n in (50, 4000, 100_000):
+        for density in (0.0, 0.01, 0.3, 0.9):
+            vectors = clustered(rng, p, n, density)
+            supports = [i for i, _ in vectors]
+            for name in ("allgather", "sparse_ring", "sparse_direct",
+                         "sparse_recursive_doubling"):
+                for boundaries in ("length", "nonzeros"):
+                    if boundaries == "nonzeros" and name not in ("sparse_ring", "sparse_direct"):
+                        continue
+                    got = traced(name, p, n, vectors, boundaries=boundaries)
+                    want = cost.terms(name, supports, n, 8, boundaries)
+                    assert (got.steps, got.bytes) == (want.steps, want.bytes), (name, n, density)
+                    bound = cost.step_bound(name, supports, n, 8, boundaries)
+                    assert bound.steps == want.steps and bound.bytes >= want.bytes
 
 
 @pytest.mark.parametrize("p", range(1, 9))
@@ -168,6 +241,7 @@ def test_closed_forms_equal_the_replayed_trace(p):
     float32 values with int32 indices (8 bytes a pair), well below the dense switch."""
     from allreduce.algorithms._schedule import chunk_bounds
     from allreduce.sparse.allgather import terms as allgather_terms
+    from allreduce.sparse.sparse_direct import terms as direct_terms
     from allreduce.sparse.sparse_recursive_doubling import terms as doubling_terms
     from allreduce.sparse.sparse_ring import terms as ring_terms
 
@@ -182,7 +256,8 @@ def test_closed_forms_equal_the_replayed_trace(p):
     for supports, indices in layouts.items():
         vectors = [(i, np.ones(k, np.float32)) for i in indices]
         checks = [("allgather", allgather_terms(p, k, 8)),
-                  ("sparse_ring", ring_terms(p, k, 8, supports))]
+                  ("sparse_ring", ring_terms(p, k, 8, supports)),
+                  ("sparse_direct", direct_terms(p, k, 8, supports))]
         if supports == "identical" or p & (p - 1) == 0:
             checks.append(("sparse_recursive_doubling", doubling_terms(p, k, 8, supports)))
         for name, formula in checks:
@@ -250,3 +325,62 @@ def test_auto_switches_to_dense_as_the_density_grows():
         times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
                  for d in (0.0001, 0.001, 0.01, 0.1, 0.5)]
         assert times == sorted(times), name
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_topk_allreduce_keeps_at_most_k_and_hands_back_exactly_the_rest(p):
+    """The re-selecting sum: every message and the result hold at most ⌈k/p⌉ pairs per
+    chunk; the result is the same on every rank; and the result plus every rank's unsent
+    pairs is exactly the sum of the inputs (integers), so error feedback loses nothing."""
+    from allreduce import topk_allreduce
+
+    rng = np.random.default_rng(30 + p)
+    for n, k, density in ((0, 0, 0.0), (10, 3, 0.5), (2000, 40, 0.05), (2000, 2000, 0.5)):
+        for boundaries in ("length", "nonzeros"):
+            vectors = clustered(rng, p, n, density)
+            results = run_threads(p, lambda c: topk_allreduce(
+                *vectors[c.rank], n, k, c, boundaries=boundaries))
+            want = dense_sum(vectors, n, "int64")
+            got = np.zeros(n, np.int64)
+            got[results[0].indices] = results[0].values
+            assert len(results[0].indices) <= p * -(-k // p)
+            for result, (indices, values) in zip(results, vectors):
+                assert result.indices.tobytes() == results[0].indices.tobytes()
+                assert result.values.tobytes() == results[0].values.tobytes()
+                np.add.at(got, result.unsent_indices, result.unsent_values)
+                assert np.isin(result.unsent_indices, indices).all()
+            assert (got == want).all(), (n, k, boundaries)
+
+
+def test_topk_allreduce_selects_the_largest_sums_and_checks_k():
+    from allreduce import topk_allreduce
+
+    n = 8
+    vectors = [(np.array([0, 1, 5]), np.array([5.0, 1.0, -2.0])),
+               (np.array([1, 5, 6]), np.array([1.0, -9.0, 0.5]))]
+    results = run_threads(2, lambda c: topk_allreduce(*vectors[c.rank], n, 2, c, op="mean"))
+    # chunks [0, 4) and [4, 8): one pair each; the largest sums are 5 at 0 and -11 at 5
+    assert results[0].indices.tolist() == [0, 5]
+    assert results[0].values.tolist() == [2.5, -5.5]
+    assert results[1].unsent_indices.tolist() == [1, 6]  # capped at 1 pair per chunk
+    assert results[0].unsent_indices.tolist() == [1]
+
+    def body(comm):
+        try:
+            topk_allreduce(*vectors[comm.rank], n, 2 + comm.rank, comm)
+        except ValueError as error:
+            return str(error)
+
+    messages = run_threads(2, body)
+    assert messages[0] == messages[1] and "disagree on the k" in messages[0]
+
+
+def test_error_feedback_restores_what_the_reduction_dropped():
+    from allreduce.sparse.compression import ErrorFeedback
+
+    feedback = ErrorFeedback(6, 2, np.float64)
+    gradient = np.array([3.0, -1.0, 0.5, 4.0, 0.0, 2.0])
+    indices, _ = feedback.compress(gradient)
+    assert indices.tolist() == [0, 3]
+    feedback.restore(np.array([3]), np.array([4.0]))  # the reduction dropped index 3
+    assert feedback.residual.tolist() == [0.0, -1.0, 0.5, 4.0, 0.0, 2.0]

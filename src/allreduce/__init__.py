@@ -17,7 +17,7 @@ from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
 from .comm import Communicator
 from .ops import DTYPES, OP_NAMES, OPS
 from .ddp_hook import DDPHookState, ddp_hook
-from .sparse import SPARSE_ALGORITHMS, sparse_allreduce
+from .sparse import SPARSE_ALGORITHMS, sparse_allreduce, topk_allreduce
 from .transports import as_communicator
 
 __all__ = [
@@ -35,5 +35,6 @@ __all__ = [
     "ddp_hook",
     "reduce_scatter",
     "sparse_allreduce",
+    "topk_allreduce",
 ]
 __version__ = "0.1.0"

@@ -36,7 +36,8 @@ class Communicator(ABC):
     between a pair of ranks with the same tag are matched in the order they are posted,
     as in MPI.  Both sides of a transfer always agree on its length: the algorithms derive
     every length from the element count, which every rank checks.  The one exception is
-    :meth:`recv_any`, with which the check itself travels (:mod:`allreduce.validation`).
+    :meth:`recv_any`, with which the check itself travels (:mod:`allreduce.validation`) and
+    the sparse allreduce's messages, whose lengths depend on the data (:mod:`allreduce.sparse`).
     """
 
     rank: int
@@ -70,22 +71,56 @@ class Communicator(ABC):
         send = self.isend(sendbuf, dest, tag)
         self.waitall([receive, send])
 
-    #: True when :meth:`recv_any` works on this transport, so that a call's check can travel
-    #: in the same messages as its data (see :func:`allreduce.validation.agree_in_band`).
+    # -- messages whose length the receiver does not know ------------------------------
+    #: True when :meth:`recv_any` takes a plain :meth:`send` of any length, with no message
+    #: ahead of it (MPI, threads), so that a call's check can travel in the same messages as
+    #: its data (see :func:`allreduce.validation.agree_in_band`).  Elsewhere (torch) the
+    #: three ``_any`` methods below send each message's length ahead of it.
     receives_any_length = False
 
+    def send_any(self, buf, dest: int, tag: int = 0) -> None:
+        """Send ``buf`` so that :meth:`recv_any` can take it without knowing its length.  This
+        base form sends its length first, then ``buf``; a transport that can receive unknown
+        lengths sends ``buf`` alone."""
+        self.send(self._length_of(buf), dest, tag)
+        self.send(buf, dest, tag)
+
     def recv_any(self, buf, source: int, tag: int = 0) -> bool:
-        """Receive a message of *any* length from ``source`` into ``buf``: a shorter one fills
-        a prefix, a longer one is cut to fit.  Returns True when it filled ``buf`` exactly.
-        Only transports that set :attr:`receives_any_length` implement it."""
-        raise NotImplementedError(f"{type(self).__name__} cannot receive messages of unknown length")
+        """Receive a message of *any* length from ``source`` (sent with :meth:`send_any`) into
+        ``buf``: a shorter one fills a prefix, a longer one is cut to fit.  Returns True when
+        it filled ``buf`` exactly.  This base form reads the length :meth:`send_any` sent."""
+        length = self._length_of(buf)
+        self.recv(length, source, tag)
+        count = int(length[0])
+        if count <= len(buf):
+            self.recv(buf[:count], source, tag)
+        else:  # a longer message: take it whole, keep what fits
+            whole = self.empty(count, buf)
+            self.recv(whole, source, tag)
+            self.copy(buf, whole[:len(buf)])
+        return count == len(buf)
 
     def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
-        """:meth:`sendrecv` whose incoming message may be of any length, as in :meth:`recv_any`."""
-        send = self.isend(sendbuf, dest, tag)
-        exact = self.recv_any(recvbuf, source, tag)
-        self.wait(send)
-        return exact
+        """:meth:`sendrecv` whose incoming message may be of any length, as in :meth:`recv_any`
+        (the outgoing one sent as by :meth:`send_any`).  This base form crosses the lengths
+        first, then the messages."""
+        mine, theirs = self._length_of(sendbuf), self._length_of(recvbuf)
+        self.sendrecv(mine, dest, theirs, source, tag)
+        count = int(theirs[0])
+        incoming = recvbuf[:count] if count <= len(recvbuf) else self.empty(count, recvbuf)
+        self.sendrecv(sendbuf, dest, incoming, source, tag)
+        if count > len(recvbuf):
+            self.copy(recvbuf, incoming[:len(recvbuf)])
+        return count == len(recvbuf)
+
+    def _length_of(self, buf):
+        """A one-element int64 buffer, beside ``buf`` (same kind and device), holding its
+        length: the message that :meth:`send_any` sends first."""
+        if isinstance(buf, np.ndarray):
+            return np.array([len(buf)], np.int64)
+        import torch
+
+        return torch.tensor([len(buf)], dtype=torch.int64, device=buf.device)
 
     @abstractmethod
     def barrier(self) -> None:

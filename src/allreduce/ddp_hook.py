@@ -1,5 +1,5 @@
 """A communication hook that plugs this course's allreduce into PyTorch's
-``DistributedDataParallel`` (chapter "Sparse allreduce", in preparation), the way torch
+``DistributedDataParallel`` (chapter "Sparse allreduce"), the way torch
 ships ``powerSGD_hook`` and ``fp16_compress_hook``::
 
     state = allreduce.DDPHookState(density=0.01)      # Top-k at 1%, error feedback

@@ -104,12 +104,30 @@ class TracingCommunicator(Communicator):
         self.events.append(Event("wait", self.rank, requests=tuple(i for i, _ in requests),
                                  id=len(self.events), snapshot=self._copy()))
 
+    # A message of unknown length is logged as one message, whatever the transport adds
+    # (torch sends its length ahead of it); a receive's count is the buffer's capacity, and
+    # the replay charges each message the sender's size.
+    def send_any(self, buf, dest: int, tag: int = 0) -> None:
+        send = self._log("send", buf, dest, tag)
+        self.inner.send_any(buf, dest, tag)
+        self._waited((send,))
+
     def recv_any(self, buf, source: int, tag: int = 0) -> bool:
         receive = self._log("recv", buf, source, tag)
         exact = self.inner.recv_any(buf, source, tag)
-        self.events.append(Event("wait", self.rank, requests=(receive,), id=len(self.events),
-                                 snapshot=self._copy()))
+        self._waited((receive,))
         return exact
+
+    def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
+        receive = self._log("recv", recvbuf, source, tag)
+        send = self._log("send", sendbuf, dest, tag)
+        exact = self.inner.sendrecv_any(sendbuf, dest, recvbuf, source, tag)
+        self._waited((receive, send))
+        return exact
+
+    def _waited(self, requests: tuple[int, ...]) -> None:
+        self.events.append(Event("wait", self.rank, requests=requests, id=len(self.events),
+                                 snapshot=self._copy()))
 
     def barrier(self) -> None:
         self.inner.barrier()

@@ -218,7 +218,7 @@ def agree_in_band(comm: Communicator, call: CallDescription, algorithms: tuple[s
         fold = PowerOfTwoFold(comm)
         me, sits_out = fold.virtual_rank, rank < 2 * fold.extra
         if sits_out and rank % 2 == 0:
-            comm.send(mine, rank + 1)  # hand over, then take the finished packet back;
+            comm.send_any(mine, rank + 1)  # hand over, then take the finished packet back;
             comm.recv_any(mine, rank + 1)  # its header says whether its data can be used
         else:
             if sits_out:
@@ -229,7 +229,7 @@ def agree_in_band(comm: Communicator, call: CallDescription, algorithms: tuple[s
                 combine(comm.sendrecv_any(mine, partner, theirs, partner), (me ^ mask) < me)
                 mask <<= 1
             if sits_out:
-                comm.send(mine, rank - 1)
+                comm.send_any(mine, rank - 1)
     # [min s, −max s] equals this rank's own [s, −s] only if every rank's s equals s
     if call.problem is None and head.tobytes() == agreed:
         if buf is not None:

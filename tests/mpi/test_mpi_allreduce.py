@@ -195,9 +195,12 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
     assert_on_all_ranks(world, ok, f"counts {counts}, order {timed}, seconds {seconds}")
 
 
-@pytest.mark.parametrize("algorithm", ["dense", "allgather", "sparse_ring",
-                                       "sparse_recursive_doubling", "auto"])
-def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm):
+SPARSE_CASES = [(name, "length") for name in (*allreduce.SPARSE_ALGORITHMS, "auto")] + [
+    ("sparse_ring", "nonzeros"), ("sparse_direct", "nonzeros")]
+
+
+@pytest.mark.parametrize("algorithm,boundaries", SPARSE_CASES)
+def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm, boundaries):
     """allreduce.sparse on real MPI processes: int64 exactly, float32 to rounding, against
     MPI_Allreduce of the densified vectors; every rank the same bits."""
     from allreduce.sparse import sparse_allreduce
@@ -215,7 +218,8 @@ def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm):
             expected = np.empty_like(full)
             world.Allreduce(full, expected, op=MPI.SUM)
             got_indices, got_values = sparse_allreduce(indices, values, n, world,
-                                                       algorithm=algorithm)
+                                                       algorithm=algorithm,
+                                                       boundaries=boundaries)
             got = np.zeros(n, dtype)
             got[got_indices] = got_values
             if dtype == "int64":
@@ -236,3 +240,28 @@ def test_a_sparse_call_with_another_length_raises_on_every_rank():
         raise ValueError("no disagreement to find on one rank")
     messages = world.allgather(str(raised.value))
     assert len(set(messages)) == 1
+
+
+def test_topk_allreduce_keeps_k_and_hands_back_the_rest():
+    """The re-selecting sum on real MPI processes: at most p·⌈k/p⌉ pairs, the same on every
+    rank, and the result plus every rank's unsent pairs is exactly MPI_Allreduce's sum."""
+    world = MPI.COMM_WORLD
+    rng = np.random.default_rng(7 + world.rank)
+    n, k = 5000, 60
+    indices = np.sort(rng.choice(n, size=300, replace=False))
+    values = rng.integers(-50, 50, 300).astype(np.int64)
+    full = np.zeros(n, np.int64)
+    full[indices] = values
+    expected = np.empty_like(full)
+    world.Allreduce(full, expected)
+    result = allreduce.topk_allreduce(indices, values, n, k, world, boundaries="nonzeros")
+    unsent = np.zeros(n, np.int64)
+    unsent[result.unsent_indices] = result.unsent_values
+    total = np.empty_like(unsent)
+    world.Allreduce(unsent, total)
+    got = np.zeros(n, np.int64)
+    got[result.indices] = result.values
+    p = world.size
+    ok = (len(result.indices) <= p * -(-k // p) and (got + total == expected).all()
+          and len(set(world.allgather(result.indices.tobytes() + result.values.tobytes()))) == 1)
+    assert_on_all_ranks(world, ok, f"{len(result.indices)} pairs kept")

@@ -86,8 +86,10 @@ def test_cuda_tensor_needs_nccl(world):
     assert_on_all_ranks("cannot go over a gloo process group" in message, message)
 
 
-@pytest.mark.parametrize("algorithm", [*allreduce.SPARSE_ALGORITHMS, "auto"])
-def test_sparse_coo_tensors_against_gloos_sparse_all_reduce(world, algorithm):
+@pytest.mark.parametrize("algorithm,boundaries", [
+    *((name, "length") for name in (*allreduce.SPARSE_ALGORITHMS, "auto")),
+    ("sparse_ring", "nonzeros"), ("sparse_direct", "nonzeros")])
+def test_sparse_coo_tensors_against_gloos_sparse_all_reduce(world, algorithm, boundaries):
     """allreduce.sparse_allreduce on torch sparse COO tensors over gloo, against gloo's own
     sparse all_reduce (an all-gather of the pairs, then a sum): the same dense result, and
     the union of the supports as the result's support."""
@@ -100,11 +102,56 @@ def test_sparse_coo_tensors_against_gloos_sparse_all_reduce(world, algorithm):
             mine = torch.sparse_coo_tensor(indices[None], values, (n,), check_invariants=True)
             expected = mine.clone().coalesce()
             dist.all_reduce(expected)
-            result = allreduce.sparse_allreduce(mine, world, algorithm=algorithm)
+            result = allreduce.sparse_allreduce(mine, world, algorithm=algorithm,
+                                                boundaries=boundaries)
             same = bool(torch.equal(result.to_dense(), expected.to_dense())
                         and torch.equal(result.indices(), expected.coalesce().indices()))
             assert_on_all_ranks(result.is_sparse and same,
                                 f"{algorithm} {dtype} n={n} k={k}: differs from gloo")
+
+
+def test_messages_of_unknown_length_cross_gloo(world):
+    """torch receives no message of unknown length by itself: send_any sends the length
+    first.  Shorter, exact and longer messages, around the ring, numpy and tensors."""
+    comm = allreduce.as_communicator(world)
+    p, rank = comm.size, comm.rank
+    right, left = (rank + 1) % p, (rank - 1) % p
+    ok = True
+    for length in (0, 3, 8, 12) if p > 1 else ():  # torch sends nothing to itself
+        mine = torch.arange(length, dtype=torch.int32) + 100 * rank
+        inbox = torch.full((8,), -1, dtype=torch.int32)
+        exact = comm.sendrecv_any(mine, right, inbox, left)
+        theirs = torch.arange(length, dtype=torch.int32) + 100 * left
+        fits = min(length, 8)
+        ok &= exact == (length == 8) and torch.equal(inbox[:fits], theirs[:fits])
+        if rank == 0:
+            comm.send_any(mine, 1)
+        elif rank == 1:
+            inbox[:] = -1
+            ok &= comm.recv_any(inbox, 0) == (length == 8)
+            ok &= torch.equal(inbox[:fits], torch.arange(fits, dtype=torch.int32))
+    assert_on_all_ranks(ok, "a message of unknown length arrived wrong")
+
+
+def test_topk_allreduce_over_gloo(world):
+    """The re-selecting sum over gloo: result plus every rank's unsent pairs is the sum."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    rng = np.random.default_rng(rank)
+    n, k = 3000, 40
+    indices = np.sort(rng.choice(n, size=200, replace=False))
+    values = rng.integers(-50, 50, 200).astype(np.int64)
+    result = allreduce.topk_allreduce(indices, values, n, k, world)
+    mine = torch.zeros(n, dtype=torch.int64)
+    mine[torch.from_numpy(indices)] = torch.from_numpy(values)
+    dist.all_reduce(mine)
+    unsent = torch.zeros(n, dtype=torch.int64)
+    unsent[torch.from_numpy(result.unsent_indices.astype(np.int64))] = torch.from_numpy(
+        result.unsent_values)
+    dist.all_reduce(unsent)
+    got = torch.zeros(n, dtype=torch.int64)
+    got[torch.from_numpy(result.indices.astype(np.int64))] = torch.from_numpy(result.values)
+    assert_on_all_ranks(bool(torch.equal(got + unsent, mine))
+                        and len(result.indices) <= p * -(-k // p), "topk over gloo")
 
 
 def _train_with_ddp(state, steps):

@@ -1,5 +1,5 @@
 """``allreduce-bench --sparse``: the sparse allreduce against the dense one, under
-``mpiexec`` (chapter "Sparse allreduce", in preparation).
+``mpiexec`` (chapter "Sparse allreduce").
 
 At each density, every rank holds ``k = density·n`` float32 pairs on a uniformly random
 support of its own.  The sparse algorithms (and ``auto``) are timed in interleaved rounds

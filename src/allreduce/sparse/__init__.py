@@ -1,16 +1,18 @@
 """The sparse allreduce: the sum over ranks of sparse vectors, such as Top-k gradients
-(chapter "Sparse allreduce", in preparation).
+(chapter "Sparse allreduce", ``chapters/65_sparse.md``).
 
 ``sparse_allreduce(indices, values, n, comm)`` takes each rank's sorted, unique indices into
 a dense vector of length ``n`` and their values, and gives every rank the sum on the union
 of the supports, as ``(indices, values)``: indices int32 (int64 from 2³¹ elements) and
-values of the input's dtype.  It equals the dense allreduce of the densified vectors, exactly for integers
-and to rounding for floats, and every rank gets the same bits.  A torch sparse COO 1-D tensor
-may be passed instead, ``sparse_allreduce(t, comm)``, and one comes back.
+values of the input's dtype.  It equals the dense allreduce of the densified vectors, exactly
+for integers and to rounding for floats, and every rank gets the same bits.  A torch sparse
+COO 1-D tensor may be passed instead, ``sparse_allreduce(t, comm)``, and one comes back.
 
-The algorithms, one module each, are listed in :data:`SPARSE_ALGORITHMS`; ``auto`` picks one
-by predicted time (:mod:`allreduce.sparse.auto`).  Each call is checked on every rank first
-(:mod:`allreduce.sparse.check`): a bad or mismatched call raises the same error everywhere.
+The exact algorithms, one module each, are listed in :data:`SPARSE_ALGORITHMS`; ``auto``
+picks one by predicted time (:mod:`allreduce.sparse.auto`).  ``topk_allreduce`` is the
+approximate sum that stays k-sparse (:mod:`allreduce.sparse.topk_allreduce`).  Each call is
+checked on every rank first (:mod:`allreduce.sparse.check`): a bad or mismatched call raises
+the same error everywhere, before any data moves, and leaves the caller's arrays alone.
 """
 
 from __future__ import annotations
@@ -22,46 +24,60 @@ from ..transports import as_communicator
 from . import auto
 from .allgather import allgather
 from .check import _is_torch_sparse, agree, as_torch, describe
+from .chunks import BOUNDARIES
 from .dense import dense
+from .sparse_direct import sparse_direct
 from .sparse_recursive_doubling import sparse_recursive_doubling
 from .sparse_ring import sparse_ring
+from .topk_allreduce import TopkResult, reselecting_allreduce
 from .vector import densify, index_dtype
 
 _REGISTRY = {"dense": dense, "allgather": allgather, "sparse_ring": sparse_ring,
+             "sparse_direct": sparse_direct,
              "sparse_recursive_doubling": sparse_recursive_doubling}
+_CHUNKED = ("sparse_ring", "sparse_direct")  # the algorithms that take ``boundaries``
 
 #: The exact sparse algorithms, for a test (or a benchmark) to loop over.
 SPARSE_ALGORITHMS: tuple[str, ...] = tuple(_REGISTRY)
 
+__all__ = ["BOUNDARIES", "SPARSE_ALGORITHMS", "TopkResult", "sparse_allreduce",
+           "topk_allreduce"]
+
+
+def _model_bits(model) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
+                                           model.overhead]).view(np.int64))
+
 
 def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "auto",
-                     op: str = "sum", *, dense_output: bool = False):
+                     op: str = "sum", *, dense_output: bool = False,
+                     boundaries: str = "length"):
     """Sum the sparse vectors ``(indices, values)`` of length ``n`` over every rank of
     ``comm``; ``op`` is ``"sum"`` or ``"mean"`` (``"avg"``).  Returns ``(indices, values)``
     on the union of the ranks' supports, or the dense sum when ``dense_output``; for a torch
     sparse tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).
-    The caller's arrays are never modified."""
+    ``boundaries`` (``"length"`` or ``"nonzeros"``) is how ``sparse_ring`` and
+    ``sparse_direct`` cut the index range.  The caller's arrays are never modified."""
     if _is_torch_sparse(indices) and comm is None:
         comm, values = values, None
     communicator = as_communicator(comm)
     names = (*SPARSE_ALGORITHMS, "auto")
-    call = describe(indices, values, n, op, algorithm, names)
+    call = describe(indices, values, n, op, algorithm, names, boundaries)
     model = auto_model()
-    bits = tuple(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
-                                           model.overhead]).view(np.int64))
-    counts = agree(communicator, call, names, bits)
+    counts = agree(communicator, call, names, _model_bits(model))
     n, values = call.n, call.values
     chosen = call.algorithm
     if chosen == "auto":
         chosen = auto.choose(n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS,
                              dense_output=dense_output)
+    options = {"boundaries": boundaries} if chosen in _CHUNKED else {}
     full = result = None
     if communicator.size == 1:
         result = (call.indices, values.copy())
     elif chosen == "dense" and dense_output:
         full = dense(call.indices, values, n, communicator, dense_output=True)
     else:
-        result = _REGISTRY[chosen](call.indices, values, n, communicator)
+        result = _REGISTRY[chosen](call.indices, values, n, communicator, **options)
     if call.op == "mean":
         if full is not None:
             full /= communicator.size
@@ -79,3 +95,27 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     if call.torch:
         return as_torch(out_indices, result[1], n)
     return out_indices, result[1]
+
+
+def topk_allreduce(indices, values, n: int, k: int, comm, op: str = "sum", *,
+                   boundaries: str = "length") -> TopkResult:
+    """An approximate sum that keeps at most ``p·⌈k/p⌉`` pairs: each rank sends each chunk's
+    owner at most ``⌈k/p⌉`` of its largest pairs there, and each owner keeps its ``⌈k/p⌉``
+    largest sums (:mod:`allreduce.sparse.topk_allreduce` says exactly what the result is).
+    Returns the result's ``indices`` and ``values`` (the same on every rank) and this rank's
+    own pairs that are not in it, ``unsent_indices`` and ``unsent_values``, to be added back
+    to its error-feedback residual.  With ``op="mean"`` the result is divided by ``p``; what
+    is unsent never is.  Numpy arrays only."""
+    communicator = as_communicator(comm)
+    call = describe(indices, values, n, op, "topk", ("topk",), boundaries, k)
+    if call.torch and call.problem is None:
+        call.problem = TypeError("topk_allreduce takes numpy indices and values")
+    agree(communicator, call, ("topk",), _model_bits(auto_model()), "topk_allreduce")
+    result = reselecting_allreduce(call.indices, call.values, call.n, call.k, communicator,
+                                   boundaries=boundaries)
+    if call.op == "mean":
+        result.values = result.values / call.values.dtype.type(communicator.size)
+    small = index_dtype(call.n)
+    result.indices = result.indices.astype(small)
+    result.unsent_indices = result.unsent_indices.astype(small)
+    return result

@@ -1,5 +1,5 @@
 """``auto`` for the sparse allreduce: the algorithm with the smallest predicted time
-(chapter "Sparse allreduce", in preparation).
+(chapter "Sparse allreduce").
 
 The fill-in is not known before the data moves, so the prediction uses an estimator that
 every rank can compute from what the call's check already gathered, the ranks' pair counts:
@@ -54,24 +54,27 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
             return wire + n * LOCAL["densify"]
         return 2 * wire + n * LOCAL["densify"] + union(n, density, p) * LOCAL["gather"]
     if algorithm == "allgather":  # each step forwards one block; every rank merges all
-        wire = 2 * (p - 1) * model.alpha + (p - 1) * min(k * pair, dense_bytes) * model.beta
+        wire = (p - 1) * model.alpha + (p - 1) * min(k * pair, dense_bytes) * model.beta
         return wire + 2 * (p - 1) * k * LOCAL["code"] + _sort(sum(counts)) * LOCAL["merge"]
+    chunk = union(n, density, p) / p  # a finished chunk, for the all-gather
+    gather = ((p - 1) * min(chunk * pair, dense_bytes / p) * model.beta
+              + 2 * (p - 1) * chunk * LOCAL["code"])
     if algorithm == "sparse_ring":
-        chunk = union(n, density, p) / p
         sizes = [union(n, density, s) / p for s in range(1, p)]
         moved = sum(min(s * pair, dense_bytes / p) for s in sizes)
-        moved += (p - 1) * min(chunk * pair, dense_bytes / p)
-        wire = 4 * (p - 1) * model.alpha + moved * model.beta
-        code = 2 * sum(sizes) + 2 * (p - 1) * chunk
+        wire = 2 * (p - 1) * model.alpha + moved * model.beta
         merge = sum(_sort(s + k / p) for s in sizes)
-        return wire + code * LOCAL["code"] + merge * LOCAL["merge"]
+        return wire + gather + 2 * sum(sizes) * LOCAL["code"] + merge * LOCAL["merge"]
+    if algorithm == "sparse_direct":  # one rank's pairs per message; one merge of p runs
+        wire = 2 * (p - 1) * model.alpha + (p - 1) * min(k / p * pair, dense_bytes / p) * model.beta
+        return wire + gather + 2 * k * LOCAL["code"] + _sort(k) * LOCAL["merge"]
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
         held = [union(n, density, 1 << j) for j in range(int(math.log2(q)))]
         if q != p:  # the fold: one rank's pairs in, the result out
             held = [k, *held, union(n, density, p)]
         moved = sum(min(h * pair, dense_bytes) for h in held)
-        steps = 2 * int(math.log2(q)) + 4 * (q != p)
+        steps = int(math.log2(q)) + 2 * (q != p)
         wire = steps * model.alpha + moved * model.beta
         merge = sum(_sort(2 * h) for h in held)
         return wire + 2 * sum(held) * LOCAL["code"] + merge * LOCAL["merge"]

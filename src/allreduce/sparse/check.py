@@ -12,6 +12,7 @@ import numpy as np
 from ..comm import Communicator
 from ..ops import DTYPES, check_op_for_dtype
 from ..validation import _index, _problem_code, raise_on_every_rank
+from .chunks import BOUNDARIES
 
 SPARSE_OPS = ("sum", "mean")
 _ALIASES = {"avg": "mean"}
@@ -26,6 +27,8 @@ class SparseCall:
     n: int = -1
     op: str | None = None
     algorithm: str | None = None
+    boundaries: str | None = None
+    k: int = -1  # topk_allreduce's k; -1 for the exact sum
     torch: bool = False
     problem: Exception | None = field(default=None, repr=False)
 
@@ -34,18 +37,28 @@ class SparseCall:
         dtype = -1 if self.values is None else _index(DTYPES, self.values.dtype.name)
         count = -1 if self.indices is None else len(self.indices)
         return np.array([code, self.n, dtype, _index(SPARSE_OPS, self.op),
-                         _index(algorithms, self.algorithm), *model_bits, count], np.int64)
+                         _index(algorithms, self.algorithm), _index(BOUNDARIES, self.boundaries),
+                         self.k, *model_bits, count], np.int64)
 
     def fields(self) -> dict[str, object]:
         return {"dense length n": self.n, "dtype": None if self.values is None else
-                self.values.dtype.name, "op": self.op, "algorithm": self.algorithm}
+                self.values.dtype.name, "op": self.op, "algorithm": self.algorithm,
+                "boundaries": self.boundaries, "k": self.k}
 
 
-def describe(indices, values, n, op, algorithm, algorithms) -> SparseCall:
-    """Check one rank's arguments locally; record the first problem instead of raising."""
+def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
+             k=None) -> SparseCall:
+    """Check one rank's arguments locally; record the first problem instead of raising.
+    ``k`` is given by :func:`~allreduce.sparse.topk_allreduce` only."""
     call = SparseCall(op=_ALIASES.get(op, op) if isinstance(op, str) else None,
-                      algorithm=algorithm if isinstance(algorithm, str) else None)
+                      algorithm=algorithm if isinstance(algorithm, str) else None,
+                      boundaries=boundaries if isinstance(boundaries, str) else None)
     try:
+        if k is not None:
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
+                raise TypeError(f"k, the pairs the result keeps, must be an integer >= 0, "
+                                f"got {k!r}")
+            call.k = int(k)
         if _is_torch_sparse(indices):
             call.torch = True
             indices, values, n = _from_torch(indices)
@@ -80,6 +93,9 @@ def describe(indices, values, n, op, algorithm, algorithms) -> SparseCall:
         if algorithm not in algorithms:
             raise ValueError(f"unknown sparse algorithm {algorithm!r}; choose one of "
                              f"{', '.join(algorithms)}")
+        if boundaries not in BOUNDARIES:
+            raise ValueError(f"boundaries must be one of {', '.join(BOUNDARIES)}, got "
+                             f"{boundaries!r}")
     except (TypeError, ValueError) as problem:
         call.problem = problem
     except Exception as problem:  # anything unforeseen is still reported on every rank
@@ -88,15 +104,17 @@ def describe(indices, values, n, op, algorithm, algorithms) -> SparseCall:
 
 
 def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
-          model_bits: tuple[int, ...]) -> list[int]:
+          model_bits: tuple[int, ...], caller: str = "sparse_allreduce") -> list[int]:
     """Every rank's pair count, once every rank's call is valid and the calls agree on n,
-    dtype, op, algorithm and cost model; otherwise the same error on every rank."""
+    dtype, op, algorithm, boundaries, k and cost model; otherwise the same error on every
+    rank."""
     table = comm.allgather_ints(call.row(algorithms, model_bits))
     if not table[:, 0].any() and (table[:, :-1] == table[0, :-1]).all():
         return [int(count) for count in table[:, -1]]
-    raise_on_every_rank(comm, call.fields(), call.problem, "sparse_allreduce",
-                        "Every rank must pass the same n, dtype, op and algorithm.",
-                        ValueError("sparse_allreduce: the ranks' cost models differ (a saved "
+    raise_on_every_rank(comm, call.fields(), call.problem, caller,
+                        "Every rank must pass the same n, dtype, op, algorithm, boundaries "
+                        "and k.",
+                        ValueError(f"{caller}: the ranks' cost models differ (a saved "
                                    "model on some ranks only?), so auto could choose "
                                    "differently on each"))
     return []  # not reached: raise_on_every_rank always raises

@@ -1,12 +1,14 @@
 """Gradient compression that makes gradients sparse: Top-k and random-k, with error feedback
-(chapter "Sparse allreduce", in preparation).
+(chapter "Sparse allreduce").
 
 Sending only ``k`` of a gradient's ``n`` entries biases every step: the entries left out are
 lost.  **Error feedback** keeps them: what a rank did not send is its *residual*, added to its
 next gradient before selecting again (Stich, Cordonnier & Jaggi 2018; Karimireddy et al.
 2019), so that every entry is sent eventually and the sum of what was sent plus the residual
 always equals the sum of the gradients.  This is separate from the exact collective:
-:func:`~allreduce.sparse.sparse_allreduce` sums whatever each rank selected.
+:func:`~allreduce.sparse.sparse_allreduce` sums whatever each rank selected; with
+:func:`~allreduce.sparse.topk_allreduce`, whose result drops some of what was sent, a rank
+gives its dropped pairs back to its residual with :meth:`ErrorFeedback.restore`.
 """
 
 from __future__ import annotations
@@ -51,3 +53,9 @@ class ErrorFeedback:
         corrected[indices] = 0
         self.residual = corrected  # what was not sent waits for the next step
         return indices, values
+
+    def restore(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Put back pairs that :meth:`compress` selected but the reduction dropped
+        (:func:`~allreduce.sparse.topk_allreduce`'s ``unsent``): they wait for the next step
+        like everything else that was not sent."""
+        np.add.at(self.residual, indices, values)

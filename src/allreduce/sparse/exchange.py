@@ -1,38 +1,55 @@
-"""Exchanging messages whose length the receiver does not know: the length travels first,
-in a message of its own, then the message (chapter "Sparse allreduce", in preparation).
-Every transport can do this with ordinary sends and receives; the price is a second,
-8-byte message per exchange, which the sparse algorithms' cost formulas count."""
+"""Moving sparse chunks (chapter {ref}`sparse`): one message per exchange, whose length the
+receiver does not know.  It receives into a kept buffer as large as the chunk's dense form
+(:func:`~allreduce.sparse.vector.packet_bound`), with the communicator's ``*_any`` methods:
+on MPI and threads a plain message; torch sends its length ahead of it.  The ring's
+all-gather of finished chunks, which three sparse algorithms end with, lives here too."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..algorithms._schedule import left, right
 from ..comm import Communicator
+from .vector import decode, encode, packet_bound, packet_length
 
-#: Bytes an exchange adds to its payload on the critical path: the 8-byte length message and
-#: the packet's 16-byte header (:mod:`allreduce.sparse.vector`).
-OVERHEAD_BYTES = 8 + 16
-
-
-def sendrecv_packet(comm: Communicator, packet: np.ndarray, dest: int, source: int) -> np.ndarray:
-    """Send ``packet`` (uint8) to ``dest`` while receiving one of unknown length from
-    ``source``; returns the received packet."""
-    mine = np.array([len(packet)], np.int64)
-    theirs = np.empty(1, np.int64)
-    comm.sendrecv(comm.native(mine), dest, comm.native(theirs), source)
-    incoming = np.empty(int(theirs[0]), np.uint8)
-    comm.sendrecv(comm.native(packet), dest, comm.native(incoming), source)
-    return incoming
+#: Bytes a message adds to its pairs: the packet's header (its kind and its pair count).
+OVERHEAD_BYTES = 16
 
 
-def send_packet(comm: Communicator, packet: np.ndarray, dest: int) -> None:
-    comm.send(comm.native(np.array([len(packet)], np.int64)), dest)
-    comm.send(comm.native(packet), dest)
+def _inbox(comm: Communicator, lo: int, hi: int, dtype: np.dtype) -> np.ndarray:
+    return comm.scratch(packet_bound(lo, hi, dtype.itemsize), np.empty(0, np.uint8))
 
 
-def recv_packet(comm: Communicator, source: int) -> np.ndarray:
-    length = np.empty(1, np.int64)
-    comm.recv(comm.native(length), source)
-    packet = np.empty(int(length[0]), np.uint8)
-    comm.recv(comm.native(packet), source)
-    return packet
+def exchange(comm: Communicator, packet: np.ndarray, dest: int, source: int,
+             bounds: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    """Send ``packet`` to ``dest`` while receiving, from ``source``, a packet of the range
+    ``bounds``; returns the received bytes (valid until the next exchange)."""
+    inbox = _inbox(comm, *bounds, dtype)
+    comm.sendrecv_any(comm.native(packet), dest, comm.native(inbox), source)
+    return inbox
+
+
+def send(comm: Communicator, packet: np.ndarray, dest: int) -> None:
+    comm.send_any(comm.native(packet), dest)
+
+
+def receive(comm: Communicator, source: int, bounds: tuple[int, int], dtype: np.dtype):
+    """The sparse vector of the range ``bounds`` that ``source`` sends."""
+    inbox = _inbox(comm, *bounds, dtype)
+    comm.recv_any(comm.native(inbox), source)
+    return decode(inbox, dtype, *bounds)
+
+
+def ring_allgather(comm: Communicator, chunks: list, bounds: list[tuple[int, int]],
+                   dtype: np.dtype) -> list:
+    """The ring's all-gather on sparse chunks: ``chunks[rank]`` is this rank's finished
+    chunk; after ``p − 1`` steps ``chunks`` holds every rank's.  A received packet is
+    forwarded as it came, not encoded again."""
+    p, rank = comm.size, comm.rank
+    packet = encode(*chunks[rank], *bounds[rank])
+    for step in range(p - 1):  # in step s, rank r forwards chunk r − s and receives r − s − 1
+        receive_chunk = (rank - step - 1) % p
+        incoming = exchange(comm, packet, right(comm), left(comm), bounds[receive_chunk], dtype)
+        packet = incoming[:packet_length(incoming, dtype.itemsize, *bounds[receive_chunk])].copy()
+        chunks[receive_chunk] = decode(packet, dtype, *bounds[receive_chunk])
+    return chunks

@@ -1,5 +1,5 @@
 """Sparse vectors as the sparse allreduce moves them: sorted, unique indices with their
-values, of a dense length ``n`` (chapter "Sparse allreduce", in preparation).
+values, of a dense length ``n`` (chapter "Sparse allreduce").
 
 Inside the library a sparse vector is a pair ``(indices, values)`` of numpy arrays, indices
 int64 and strictly increasing.  :func:`merge` is the one routine that sums sparse vectors;
@@ -10,6 +10,10 @@ Renggli et al. 2019).
 
 from __future__ import annotations
 
+import functools
+import threading
+import time
+
 import numpy as np
 
 #: The header of a message: its kind (pairs or dense) and the number of pairs.
@@ -17,11 +21,34 @@ _HEADER = 2
 PAIRS, DENSE = 0, 1
 
 
+_clock = threading.local()
+
+
+def local_seconds() -> float:
+    """Seconds this thread has spent in the local work of sparse allreduces (merging,
+    encoding, decoding, densifying) since it started: what a benchmark subtracts from a
+    call's time to see the time on the wire."""
+    return getattr(_clock, "seconds", 0.0)
+
+
+def timed(function):
+    """Count the time ``function`` takes in :func:`local_seconds`."""
+    @functools.wraps(function)
+    def counted(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _clock.seconds = local_seconds() + time.perf_counter() - start
+    return counted
+
+
 def index_dtype(n: int) -> np.dtype:
     """int32 indices while they fit, int64 from 2³¹ elements."""
     return np.dtype(np.int32 if n < 2**31 else np.int64)
 
 
+@timed
 def merge(runs: list[tuple[np.ndarray, np.ndarray]],
           dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The sum of sparse vectors of values ``dtype``, in the order given: an index present
@@ -40,6 +67,7 @@ def merge(runs: list[tuple[np.ndarray, np.ndarray]],
     return indices[starts], np.add.reduceat(values, starts, dtype=values.dtype)
 
 
+@timed
 def encode(indices: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """A message (uint8) holding the part of a sparse vector in ``[lo, hi)``: its pairs, or,
     when the pairs would take at least as many bytes, the dense values of the range and a
@@ -66,8 +94,24 @@ def encode(indices: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndar
     return packet
 
 
+def packet_bound(lo: int, hi: int, itemsize: int) -> int:
+    """The most bytes :func:`encode` can make of ``[lo, hi)``: its dense form, since it
+    switches to that as soon as the pairs would not be smaller.  A receiver that does not
+    know a message's length receives into a buffer of this size."""
+    return 8 * _HEADER + (hi - lo) * itemsize + -(-(hi - lo) // 8)
+
+
+def packet_length(packet: np.ndarray, itemsize: int, lo: int, hi: int) -> int:
+    """The bytes of the message from :func:`encode` at the start of ``packet``."""
+    kind, count = (int(v) for v in packet[:8 * _HEADER].view(np.int64))
+    if kind == DENSE:
+        return packet_bound(lo, hi, itemsize)
+    return 8 * _HEADER + count * (index_dtype(hi).itemsize + itemsize)
+
+
+@timed
 def decode(packet: np.ndarray, dtype: np.dtype, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sparse vector a message from :func:`encode` holds."""
+    """The sparse vector a message from :func:`encode` holds (``packet`` may be longer)."""
     kind, count = (int(v) for v in packet[:8 * _HEADER].view(np.int64))
     if kind == DENSE:
         split = 8 * _HEADER + (hi - lo) * dtype.itemsize
@@ -77,9 +121,10 @@ def decode(packet: np.ndarray, dtype: np.dtype, lo: int, hi: int) -> tuple[np.nd
     small = index_dtype(hi)
     split = 8 * _HEADER + count * small.itemsize
     indices = packet[8 * _HEADER:split].view(small).astype(np.int64) + lo
-    return indices, packet[split:].view(dtype).copy()
+    return indices, packet[split:split + count * dtype.itemsize].view(dtype).copy()
 
 
+@timed
 def densify(indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """The dense vector of length ``n`` that the pairs describe (zeros elsewhere)."""
     full = np.zeros(n, values.dtype)

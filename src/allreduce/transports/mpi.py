@@ -51,7 +51,10 @@ class MPICommunicator(Communicator):
     def sendrecv(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> None:
         self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, tag, [recvbuf, MPI.BYTE], source, tag)
 
-    receives_any_length = True
+    receives_any_length = True  # Recv takes any message that fits, and says how long it was
+
+    def send_any(self, buf, dest: int, tag: int = 0) -> None:
+        self.send(buf, dest, tag)
 
     def recv_any(self, buf, source: int, tag: int = 0) -> bool:
         status = MPI.Status()

@@ -119,7 +119,14 @@ class ThreadCommunicator(Communicator):
             if request is not None:
                 self._complete(request)
 
-    receives_any_length = True
+    receives_any_length = True  # a message carries its own length here
+
+    def send_any(self, buf, dest: int, tag: int = 0) -> None:
+        self.send(buf, dest, tag)
+
+    def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
+        self.isend(sendbuf, dest, tag)
+        return self.recv_any(recvbuf, source, tag)
 
     def recv_any(self, buf, source: int, tag: int = 0) -> bool:
         self._check_peer(source)

@@ -1,0 +1,50 @@
+"""Where the sparse ring and the direct algorithm cut the index range (chapter "Sparse
+allreduce"): into ``p`` chunks of equal **length**, as the dense ring does, or of equal
+**nonzeros**.  A ring step waits for its largest message, so when the Top-k entries cluster
+(an embedding, an output layer) equal lengths make one chunk carry most pairs; equal
+nonzeros balance them, at the price of one small dense allreduce: a histogram of every
+rank's indices in ``BINS_PER_RANK·p`` bins, whose sum every rank cuts at the same places."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms._schedule import chunk_bounds
+from ..comm import Communicator
+
+BOUNDARIES = ("length", "nonzeros")
+BINS_PER_RANK = 64
+
+
+def equal_length(n: int, p: int) -> list[tuple[int, int]]:
+    return [chunk_bounds(n, p, c) for c in range(p)]
+
+
+def histogram(indices: np.ndarray, n: int, p: int) -> np.ndarray:
+    """How many of ``indices`` fall in each of the bins that :func:`balanced` cuts."""
+    bins = max(1, min(n, BINS_PER_RANK * p))
+    return np.bincount(indices * bins // max(n, 1), minlength=bins).astype(np.int64)
+
+
+def balanced(total: np.ndarray, n: int, p: int) -> list[tuple[int, int]]:
+    """Chunk ``c`` starts at the first bin edge where the summed histogram ``total`` reaches
+    ``c/p`` of its pairs (equal lengths when there are none)."""
+    if not total.sum():
+        return equal_length(n, p)
+    bins = len(total)
+    before = np.concatenate(([0], np.cumsum(total)))  # pairs before each bin edge
+    edges = [int(np.searchsorted(before, c * before[-1] / p)) for c in range(p)]
+    starts = [-(-edge * n // bins) for edge in edges] + [n]  # bin j starts at ⌈j·n/bins⌉
+    return [(starts[c], starts[c + 1]) for c in range(p)]
+
+
+def chunk_ranges(indices: np.ndarray, n: int, comm: Communicator,
+                 boundaries: str = "length") -> list[tuple[int, int]]:
+    """The ``p`` index ranges, the same on every rank."""
+    p = comm.size
+    if boundaries == "length" or p == 1:
+        return equal_length(n, p)
+    from ..api import allreduce
+
+    total = allreduce(histogram(indices, n, p), comm, algorithm="recursive_doubling")
+    return balanced(total, n, p)
