@@ -23,9 +23,10 @@ start --engines=MPI`` in an allocation, or ``--engines=Slurm``/``SSH``) and conn
 from ..launch import ONE_THREAD_PER_RANK, mpiexec, rank_environment
 from .checks import CHECK_COUNTS, PHASES, check
 from .cluster import cluster, start, stop
-from .exercises import (check_busbw, check_choice, check_crossover, check_ddp_buckets,
-                        check_fit, check_overlap)
+from .exercises import (LOCAL_CHECKS, check_busbw, check_choice, check_crossover,
+                        check_ddp_buckets, check_fit, check_overlap)
+from .patterns import PATTERNS
 
-__all__ = ["CHECK_COUNTS", "ONE_THREAD_PER_RANK", "PHASES", "check", "check_busbw",
-           "check_choice", "check_crossover", "check_ddp_buckets", "check_fit",
+__all__ = ["CHECK_COUNTS", "LOCAL_CHECKS", "ONE_THREAD_PER_RANK", "PATTERNS", "PHASES", "check",
+           "check_busbw", "check_choice", "check_crossover", "check_ddp_buckets", "check_fit",
            "check_overlap", "cluster", "mpiexec", "rank_environment", "start", "stop"]

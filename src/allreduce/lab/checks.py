@@ -1,5 +1,12 @@
 """The labs' check cells for the algorithms: the student's function runs on the engines
-through a checking communicator, against MPI's own Allreduce (see :mod:`allreduce.lab`)."""
+through a checking communicator, against the sum the check computes itself, and must also
+follow the exercise's communication pattern (:mod:`allreduce.lab.patterns`).
+
+A check has three parts, kept apart so that the grader can run them in different places
+(:mod:`allreduce.grading`): :func:`inputs` makes every rank's data and the expected result,
+:func:`run` calls the student's function on one rank, and :func:`judge` says what is wrong
+with one rank's result.  :func:`check` runs all three on the engines, for a lab's check cell.
+"""
 
 from __future__ import annotations
 
@@ -8,51 +15,188 @@ import time
 import numpy as np
 
 from ..algorithms._schedule import chunk_bounds
+from ..comm import Communicator
+from .patterns import DEFAULT_PATTERN, PATTERNS, Guard, compare
 
 # A lab's check cell calls check(view, name, phase) with the name of the student's function
 # on the engines and what it should do (a key of PHASES).  It runs there on a duplicate of
-# MPI.COMM_WORLD, against MPI's own Allreduce, for several sizes including ones p does not divide, and
-# prints one deterministic line.  A wrong answer raises AssertionError naming the size, the
-# rank, the chunk and the expected and actual values.  Inputs are contribution bit sets
-# (rank r adds 2**r), so "actual" says exactly which ranks' data a chunk holds.
+# MPI.COMM_WORLD, for several sizes including ones p does not divide, and prints one
+# deterministic line.  A wrong answer raises AssertionError naming the size, the rank, the
+# chunk and the expected and actual values; a wrong pattern names what was sent.  Inputs are
+# contribution bit sets (rank r adds 2**r) above which each element carries a number only
+# that rank knows, so "actual" says exactly which ranks' data a chunk holds, and no rank can
+# produce the sum without receiving the others' data.
 
 CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
+PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients")
 
 
 def _ranks(bits: int, size: int) -> str:
-    from ..viz import contributors
-
+    bits &= (1 << size) - 1
     if bits == (1 << size) - 1:
         return f"all {size} ranks"
-    names = contributors(bits)
+    names = [rank for rank in range(size) if bits >> rank & 1]
     return ("ranks " + "+".join(map(str, names))) if names else "nothing"
+
+
+def inputs(phase: str, n: int, size: int, rng: np.random.Generator):
+    """Every rank's data for one case, and what the result must be: ``(given, expected)``,
+    ``given[rank]`` a dict of named arrays."""
+    if phase == "average_gradients":
+        shapes = [(n,), (2, n), (n, 3, 1)]
+        grads = [[rng.integers(-8, 9, shape).astype(np.float64) for shape in shapes]
+                 for _ in range(size)]
+        means = [sum(g[i] for g in grads) / size for i in range(len(shapes))]
+        return [{f"g{i}": g for i, g in enumerate(mine)} for mine in grads], means
+    secret = rng.integers(0, 1 << 20, (size, n))
+    mine = [(1 << rank) + (secret[rank] << size) for rank in range(size)]
+    expected = np.sum(mine, axis=0, dtype=np.int64)
+    if phase == "allgather":  # each rank starts with only its own chunk, finished
+        given = []
+        for rank in range(size):
+            buf = np.zeros(n, dtype=np.int64)
+            lo, hi = chunk_bounds(n, size, rank)
+            buf[lo:hi] = expected[lo:hi]
+            given.append({"buf": buf})
+        return given, expected
+    return [{"buf": m.astype(np.int64)} for m in mine], expected
+
+
+def run(phase: str, function, comm, given: dict) -> dict:
+    """Call the student's ``function`` on one rank as ``phase`` says; what it left behind."""
+    from ..ops import OPS
+
+    if phase == "average_gradients":
+        grads = [given[f"g{i}"].copy() for i in range(len(given))]
+        return {"result": function(grads, comm)}
+    buf = given["buf"].copy()
+    if phase == "reduce_scatter":
+        return {"buf": buf, "returned": function(buf, comm, OPS["sum"])}
+    if phase == "allgather":
+        function(buf, comm)
+    elif phase == "reduce_to_root":
+        function(buf, comm, OPS["sum"], np.empty_like(buf))
+    else:
+        function(buf, comm, OPS["sum"])
+    return {"buf": buf}
 
 
 def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: int) -> str | None:
     lo, hi = chunk_bounds(n, size, chunk)
+    if getattr(buf, "shape", None) != expected.shape:
+        return f"{name}: rank {rank}'s buffer has shape {getattr(buf, 'shape', None)}, expected {expected.shape}"
     bad = np.flatnonzero(buf[lo:hi] != expected[lo:hi])
     if not len(bad):
         return None
     i = lo + int(bad[0])
+    got = int(buf[i])
+    what = _ranks(got, size)
+    if got & ((1 << size) - 1) == int(expected[i]) & ((1 << size) - 1):
+        what += " (but not their data: was it computed without receiving it?)"
     return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
             f"(elements {lo}..{hi - 1}), element {i}: expected the data of "
-            f"{_ranks(expected[i], size)}, got {_ranks(buf[i], size)} (value {int(buf[i])})")
+            f"{_ranks(int(expected[i]), size)}, got {what} (value {got})")
 
 
-def _checking_communicator(world, patience: float):
+def _all_chunks_wrong(name, n, rank, size, buf, expected) -> str | None:
+    return next((problem for c in range(size)
+                 if (problem := _first_wrong(name, n, rank, size, buf, expected, c))), None)
+
+
+def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expected) -> str | None:
+    """What is wrong with what ``run`` left on ``rank`` (``None``: nothing)."""
+    if phase == "average_gradients":
+        result = got.get("result")
+        if not isinstance(result, (list, tuple)) or len(result) != len(expected):
+            return (f"{name} returned {type(result).__name__} on rank {rank} for n = {n}; it "
+                    f"should return a list of {len(expected)} arrays")
+        for index, (mine, want) in enumerate(zip(result, expected)):
+            mine = np.asarray(mine)
+            if mine.shape != want.shape:
+                return (f"{name}: gradient {index} has shape {mine.shape} on rank {rank} for "
+                        f"n = {n}, expected {want.shape}")
+            bad = np.argwhere(mine != want)
+            if len(bad):
+                where = tuple(int(i) for i in bad[0])
+                return (f"{name} is wrong for n = {n} on rank {rank}: gradient {index}, element "
+                        f"{where}: expected the mean {want[where]}, got {mine[where]}")
+        return None
+    buf = got.get("buf")
+    if phase == "reduce_scatter":
+        returned, bounds = got.get("returned"), chunk_bounds(n, size, rank)
+        try:
+            right = returned is not None and tuple(int(b) for b in returned) == bounds
+        except (TypeError, ValueError):
+            right = False
+        if not right:
+            return (f"{name} returned {returned} on rank {rank} for n = {n}; it should return "
+                    f"the bounds of chunk {rank}, {bounds}")
+        return _first_wrong(name, n, rank, size, buf, expected, rank)
+    if phase == "reduce_to_root" and rank:
+        return None  # only the root's result is defined
+    return _all_chunks_wrong(name, n, rank, size, buf, expected)
+
+
+# -- the checking communicator ------------------------------------------------------------------
+
+def facade(target: Communicator, trusted) -> Communicator:
+    """A communicator that does what ``target`` does and offers nothing else: no attribute
+    leads to ``target`` or to a raw MPI communicator (the student's function gets this).
+    Its calls run inside ``trusted()`` (see :class:`~allreduce.lab.patterns.Guard`)."""
+
+    class CheckingCommunicator(Communicator):
+        __slots__ = ()
+        rank, size = target.rank, target.size
+        receives_any_length = False
+
+        def isend(self, buf, dest: int, tag: int = 0):
+            with trusted():
+                return target.isend(buf, dest, tag)
+
+        def irecv(self, buf, source: int, tag: int = 0):
+            with trusted():
+                return target.irecv(buf, source, tag)
+
+        def waitall(self, requests) -> None:
+            with trusted():
+                target.waitall(list(requests))
+
+        def barrier(self) -> None:
+            with trusted():
+                target.barrier()
+
+        def reduce_local(self, op, inout, incoming, *, incoming_first=False, source=None):
+            with trusted():
+                target.reduce_local(op, inout, incoming, incoming_first=incoming_first,
+                                    source=source)
+
+        def native(self, array):
+            return target.native(array)
+
+        def allgather_ints(self, values):
+            with trusted():
+                return target.allgather_ints(values)
+
+        def allgather_object(self, obj):
+            with trusted():
+                return target.allgather_object(obj)
+
+    return CheckingCommunicator()
+
+
+def _mpi_communicator(world, patience: float) -> Communicator:
     """The library's MPI communicator, except that every wait gives up after ``patience``
     seconds without completing: a student's deadlock becomes an error on every rank
     instead of stuck engines."""
     from mpi4py import MPI
 
-    from ..comm import Communicator
     from ..transports.mpi import MPICommunicator
 
-    class CheckingCommunicator(MPICommunicator):
+    class Patient(MPICommunicator):
         # the non-blocking forms and waitall below, instead of MPI's blocking calls
         send, recv, sendrecv = Communicator.send, Communicator.recv, Communicator.sendrecv
         wait = Communicator.wait
-        receives_any_length = False  # checks by all-gather, not by MPI's blocking Sendrecv
+        receives_any_length = False
 
         def waitall(self, requests):
             requests = list(requests)
@@ -78,112 +222,38 @@ def _checking_communicator(world, patience: float):
                                        "and receiver disagree on the chunk") from None
                 raise RuntimeError("; ".join(MPI.Get_error_string(e) for e in errors)) from None
 
-    return CheckingCommunicator(world)
+    return Patient(world)
 
 
-def _all_chunks_wrong(name, n, rank, size, buf, expected) -> str | None:
-    return next((problem for c in range(size)
-                 if (problem := _first_wrong(name, n, rank, size, buf, expected, c))), None)
-
-
-def _try_reduce_scatter(function, comm, n, mine, expected) -> str | None:
-    """Ring reduce-scatter: chunk ``rank`` complete, and its bounds returned."""
-    from ..ops import OPS
-
-    rank, size = comm.rank, comm.size
-    buf = mine.copy()
-    returned = function(buf, comm, OPS["sum"])
-    if returned is None or tuple(returned) != chunk_bounds(n, size, rank):
-        return (f"reduce_scatter returned {returned} on rank {rank} for n = {n}; it should "
-                f"return the bounds of chunk {rank}, {chunk_bounds(n, size, rank)}")
-    return _first_wrong("reduce_scatter", n, rank, size, buf, expected, rank)
-
-
-def _try_allgather(function, comm, n, mine, expected) -> str | None:
-    """Ring all-gather: from only chunk ``rank`` finished to every chunk everywhere."""
-    rank, size = comm.rank, comm.size
-    buf = np.zeros(n, dtype=mine.dtype)
-    lo, hi = chunk_bounds(n, size, rank)
-    buf[lo:hi] = expected[lo:hi]
-    function(buf, comm)
-    return _all_chunks_wrong("allgather", n, rank, size, buf, expected)
-
-
-def _try_reduce_to_root(function, comm, n, mine, expected) -> str | None:
-    """A reduce to rank 0, called as ``function(buf, comm, op, scratch)``."""
-    from ..ops import OPS
-
-    buf, scratch = mine.copy(), np.empty_like(mine)
-    function(buf, comm, OPS["sum"], scratch)
-    if comm.rank:
-        return None  # only the root's result is defined
-    return _all_chunks_wrong("the reduce", n, 0, comm.size, buf, expected)
-
-
-def _try_allreduce(function, comm, n, mine, expected) -> str | None:
-    """A whole allreduce, called as ``function(buf, comm, op)``, in place."""
-    from ..ops import OPS
-
-    buf = mine.copy()
-    function(buf, comm, OPS["sum"])
-    return _all_chunks_wrong("the allreduce", n, comm.rank, comm.size, buf, expected)
-
-
-def _try_average_gradients(function, comm, n, mine, expected) -> str | None:
-    """``function(grads, comm)`` must return the element-wise mean over ranks of a list of
-    gradient arrays of different shapes (small integers: the mean is exact)."""
+def _run_check(function, name: str, phase: str, pattern: str, counts,
+               patience: float) -> list[tuple[int, int, str]]:
+    """On each engine: run the student's ``function`` for every count; return the problems
+    as ``(n, rank, message)``.  The ranks stop together at the first count where any of
+    them found a problem."""
     from mpi4py import MPI
 
-    shapes = [(n,), (2, n), (n, 3, 1)]
-    rng = np.random.default_rng([n, comm.rank])
-    grads = [rng.integers(-8, 9, shape).astype(np.float64) for shape in shapes]
-    means = []
-    for g in grads:
-        total = np.empty_like(g)
-        comm.comm.Allreduce(g, total, op=MPI.SUM)
-        means.append(total / comm.size)
-    result = function([g.copy() for g in grads], comm)
-    if not isinstance(result, (list, tuple)) or len(result) != len(grads):
-        return (f"average_gradients returned {type(result).__name__} on rank {comm.rank} for "
-                f"n = {n}; it should return a list of {len(grads)} arrays")
-    for index, (got, want) in enumerate(zip(result, means)):
-        got = np.asarray(got)
-        if got.shape != want.shape:
-            return (f"average_gradients: gradient {index} has shape {got.shape} on rank "
-                    f"{comm.rank} for n = {n}, expected {want.shape}")
-        bad = np.argwhere(got != want)
-        if len(bad):
-            where = tuple(int(i) for i in bad[0])
-            return (f"average_gradients is wrong for n = {n} on rank {comm.rank}: gradient "
-                    f"{index}, element {where}: expected the mean {want[where]}, got {got[where]}")
-    return None
-
-
-PHASES = {"reduce_scatter": _try_reduce_scatter, "allgather": _try_allgather,
-          "reduce_to_root": _try_reduce_to_root, "allreduce": _try_allreduce,
-          "average_gradients": _try_average_gradients}
-
-
-def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int, int, str]]:
-    """On each engine: run the student's ``function`` for every count, against MPI's own
-    Allreduce; return the problems as ``(n, rank, message)``.  The ranks stop together at
-    the first count where any of them found a problem."""
-    from mpi4py import MPI
+    from ..trace import TracingCommunicator
 
     world = MPI.COMM_WORLD
-    rank = world.rank
+    rank, size = world.rank, world.size
     problems: list[tuple[int, int, str]] = []
     for n in counts:
         private = world.Dup()  # the student's messages cannot meet anyone else's
-        mine = np.full(n, 1 << rank, dtype=np.int64)
-        expected = np.empty_like(mine)
-        world.Allreduce(mine, expected)  # MPI's own answer, the reference
+        given, expected = inputs(phase, n, size, np.random.default_rng(n))
+        guard = Guard(name, allow_allreduce=pattern == "one_allreduce")
+        tracer = TracingCommunicator(_mpi_communicator(private, patience))
         try:
-            comm = _checking_communicator(private, patience)
-            problem = PHASES[phase](function, comm, n, mine, expected)
-        except Exception as error:  # reported, not raised: the other ranks must get here too
-            problem = f"{phase} raised on rank {rank} for n = {n}: {type(error).__name__}: {error}"
+            with guard:
+                got = run(phase, function, facade(tracer, guard.trusted), given[rank])
+            problem = guard.violation or judge(phase, name, n, rank, size, got, expected)
+        except Exception as error:  # noqa: BLE001 - reported: the other ranks must get here too
+            problem = guard.violation or (f"{name} raised on rank {rank} for n = {n}: "
+                                          f"{type(error).__name__}: {error}")
         private.Free()
+        if not world.allreduce(bool(problem), op=MPI.LOR):
+            problem = pattern_problem(name, pattern, n, size, world.allgather(tracer.events),
+                                      world.allgather(guard.allreduce_calls))
+            problem = problem if rank == 0 else None
         if problem:
             problems.append((n, rank, problem))
         if world.allreduce(bool(problem), op=MPI.LOR):
@@ -191,18 +261,45 @@ def _run_check(function, phase: str, counts, patience: float) -> list[tuple[int,
     return problems
 
 
-def check(view, function: str, phase: str, *, counts=CHECK_COUNTS, timeout: float = 30,
-          patience: float = 5) -> None:
-    """A lab's check cell: run the engines' ``function`` as ``phase`` (a key of
-    :data:`PHASES`) for each count in ``counts`` and print one deterministic line, or raise
-    ``AssertionError`` with the first problem (smallest count, then lowest rank).  A wait
-    that makes no progress for ``patience`` seconds is reported as a deadlock."""
+def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduce_calls,
+                    allreduce_counts=None) -> str | None:
+    """The pattern check for one case, from every rank's events (sends, receives, waits)
+    and the number of ``allreduce.allreduce`` calls each rank made (and, when known, how many
+    elements each call reduced)."""
+    from ..trace import Trace
+
+    if pattern == "one_allreduce":
+        for rank, calls in enumerate(allreduce_calls):
+            if calls != 1:
+                return (f"your {name} called allreduce.allreduce {calls} times on rank {rank} "
+                        f"for n = {n}; it must {PATTERNS[pattern].does}")
+        total = 6 * n  # three gradients of n, 2n and 3n elements
+        for rank, counts in enumerate(allreduce_counts or []):
+            if counts and counts != [total]:
+                return (f"your {name} reduced {counts[0]} elements in its allreduce on rank "
+                        f"{rank} for n = {n}, not all {total} elements of the gradients; it must "
+                        f"{PATTERNS[pattern].does}")
+        return None
+    return compare(name, pattern, Trace(list(events), itemsize=8), n)
+
+
+def check(view, function: str, phase: str, *, pattern: str | None = None,
+          counts=CHECK_COUNTS, timeout: float = 30, patience: float = 5) -> None:
+    """A lab's check cell: run the engines' ``function`` as ``phase`` (one of
+    :data:`PHASES`) for each count in ``counts``, check its values and its communication
+    pattern (``pattern``, a key of :data:`allreduce.lab.patterns.PATTERNS`; by default the
+    phase's own), and print one deterministic line, or raise ``AssertionError`` with the
+    first problem (smallest count, then lowest rank).  A wait that makes no progress for
+    ``patience`` seconds is reported as a deadlock."""
     import ipyparallel as ipp
 
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
-    result = view.apply_async(_run_check, ipp.Reference(function), phase, list(counts),
-                              patience)
+    pattern = pattern or DEFAULT_PATTERN.get(phase)
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    result = view.apply_async(_run_check, ipp.Reference(function), function, phase, pattern,
+                              list(counts), patience)
     try:
         problems = result.get(timeout=timeout)
     except ipp.error.TimeoutError:
