@@ -9,23 +9,27 @@ STAMP  := $(VENV)/.installed
 # pip picks the local CPU torch wheel when the machine keeps one in /opt/wheels.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: book test lab student grade bench venv clean help
+.PHONY: book test lab student grade bench publish venv clean help
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes its code)"
 	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, book build"
-	@echo "make lab    open JupyterLab on the labs (their engines use .venv's mpiexec)"
+	@echo "make lab    open JupyterLab on the student copies in student/ (made when missing)"
+	@echo "make lab KEYS=1  open JupyterLab on the instructor keys in labs/ instead"
 	@echo "make student  write student copies of every lab into student/ (solutions stubbed)"
 	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade with nbval"
 	@echo "make bench  allreduce-bench on 4 MPI ranks, 1 KiB to 64 MiB, against MPI_Allreduce and torch gloo"
+	@echo "make publish REMOTE=origin  build the book, push it to gh-pages and the student copies to 'student'"
 	@echo "make venv   only create .venv and install the package with all extras"
 	@echo "make clean  remove _build and .venv"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml etc/ipython/ipython_kernel_config.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(WHEELS) -e ".[all]"
+	@# the kernels' configuration (quiets a warning that is moot on loopback: see the file)
+	install -D -m 644 etc/ipython/ipython_kernel_config.py $(VENV)/etc/ipython/ipython_kernel_config.py
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -37,11 +41,27 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab labs/
+# make lab opens the student copies (student/NN.ipynb, each written from labs/ only when
+# it is missing, so a student's work is never overwritten); KEYS=1 opens the instructor
+# keys in labs/.  Root (containers, many cloud notebooks) gets --allow-root, which
+# JupyterLab otherwise refuses to start without.  The kernels get CurveZMQ keys from the
+# server (transport_encryption=auto).  LAB_ARGS passes more options, e.g. --no-browser.
+STUDENT   ?= student
+LABS      := $(wildcard labs/*.ipynb)
+KEYS_ON   := $(filter 1 yes true,$(KEYS))
+LAB_DIR   := $(if $(KEYS_ON),labs,$(STUDENT))
+AS_ROOT   := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS  ?=
+
+$(STUDENT)/%.ipynb: | labs/%.ipynb $(STAMP)
+	$(BIN)/allreduce-student labs/$*.ipynb --out $(STUDENT)
+
+lab: $(STAMP) $(if $(KEYS_ON),,$(LABS:labs/%=$(STUDENT)/%))
+	$(BIN)/jupyter lab $(AS_ROOT) --ServerApp.root_dir=$(LAB_DIR) \
+	  --MappingKernelManager.transport_encryption=auto $(LAB_ARGS)
 
 student: $(STAMP)
-	$(BIN)/allreduce-student labs/*.ipynb --out student
+	$(BIN)/allreduce-student labs/*.ipynb --out $(STUDENT)
 
 grade: $(STAMP)
 	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=scores.csv] [JOBS=1]"; exit 2; }
@@ -53,6 +73,14 @@ BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,pipelined_ring,rabenseifner,recursive_d
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	$(BIN)/mpiexec -n $(BENCH_RANKS) $(BIN)/python -m mpi4py -m allreduce.bench $(BENCH_ARGS)
+
+# jupyter-book's way to publish (ghp-import): the built book onto the gh-pages branch of
+# REMOTE, and the repository with the labs as student copies onto its student branch,
+# which the lab pages' launch buttons open (see src/allreduce/book.py).  REMOTE is a remote
+# of this checkout, a URL or a path; point it at a repository students may read.
+REMOTE ?= origin
+publish: book
+	$(BIN)/python -m allreduce.book --html _build/html --remote "$(REMOTE)"
 
 clean:
 	rm -rf _build $(VENV)

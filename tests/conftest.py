@@ -63,3 +63,29 @@ def assert_inner_suite_passed(run: subprocess.CompletedProcess) -> None:
     report = run.stdout[-5000:] + run.stderr[-3000:]
     assert run.returncode == 0, report
     assert " passed" in run.stdout and "failed" not in run.stdout, report
+
+
+class BuiltBook:
+    """The book built once per session by :func:`built_book`: ``html`` (the site), the build's
+    ``output`` (stdout and stderr), its ``returncode`` and the ``seconds`` it took."""
+
+    def __init__(self, folder: Path, run: subprocess.CompletedProcess, seconds: float):
+        self.folder, self.html = folder, folder / "_build" / "html"
+        self.output, self.returncode, self.seconds = run.stdout + run.stderr, run.returncode, seconds
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> BuiltBook:
+    """The book, built strictly (``-W -n --keep-going``, as ``make book``) into a temporary
+    folder once per test session: tests/test_book.py checks the build, tests/browser/ reads
+    the site in a browser, and the solutions-policy tests read what it publishes."""
+    import time
+
+    folder = tmp_path_factory.mktemp("book")
+    start = time.monotonic()
+    run = subprocess.run(
+        [str(BIN / "jupyter-book"), "build", str(ROOT), "--path-output", str(folder),
+         "-W", "-n", "--keep-going"],
+        check=False, capture_output=True, text=True, timeout=600, env=child_env(),
+    )
+    return BuiltBook(folder, run, time.monotonic() - start)
