@@ -49,13 +49,15 @@ class Event:
     requests: tuple[int, ...] = ()  # for wait: the ids of the send/recv events it completes
     id: int = -1
     snapshot: np.ndarray | None = field(default=None, compare=False, repr=False)
+    payload: np.ndarray | None = field(default=None, compare=False, repr=False)  # a send's data
 
 
 class TracingCommunicator(Communicator):
     """A communicator that does what ``inner`` does and logs it in :attr:`events`."""
 
-    def __init__(self, inner: Communicator, *, in_band: bool = False):
+    def __init__(self, inner: Communicator, *, in_band: bool = False, payloads: bool = False):
         self.inner = inner
+        self._payloads = payloads  # keep a copy of every message sent (the sparse figures)
         # by default the call's check is the all-gather, which the trace does not log, so
         # that traces show the algorithm alone; in_band logs the check's messages too
         self.receives_any_length = in_band and inner.receives_any_length
@@ -88,8 +90,11 @@ class TracingCommunicator(Communicator):
         return (here - base) // (arrays.nbytes(view) // arrays.count(view))
 
     def _log(self, kind: str, buf, peer: int, tag: int) -> int:
+        payload = None
+        if self._payloads and kind == "send":
+            payload = buf.copy() if isinstance(buf, np.ndarray) else buf.detach().cpu().numpy().copy()
         event = Event(kind, self.rank, peer, tag, arrays.count(buf), arrays.nbytes(buf),
-                      self._offset(buf), id=len(self.events))
+                      self._offset(buf), id=len(self.events), payload=payload)
         self.events.append(event)
         return event.id
 
@@ -237,6 +242,17 @@ class Trace:
             for i, e in enumerate(self.events[rank])
             if e.kind == "send" and e.count
         )
+
+    def payloads(self) -> list[tuple[int, int, int, np.ndarray]]:
+        """Every non-empty message as ``(step, source, dest, data)``, for a trace recorded
+        with ``TracingCommunicator(..., payloads=True)``: what was on the wire."""
+        times = self.event_times()
+        found = [(times[rank][i], rank, e.peer, e.payload)
+                 for rank in range(self.size) for i, e in enumerate(self.events[rank])
+                 if e.kind == "send" and e.count]
+        if any(payload is None for *_, payload in found):
+            raise ValueError("this trace kept no payloads: record it with payloads=True")
+        return sorted(found, key=lambda m: m[:3])
 
     def states(self) -> np.ndarray:
         """What every rank's watched buffer holds after every step: an array of shape

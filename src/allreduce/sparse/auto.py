@@ -1,30 +1,34 @@
 """``auto`` for the sparse allreduce: the algorithm with the smallest predicted time
 (chapter "Sparse allreduce").
 
-The fill-in is not known before the data moves, so the prediction uses an estimator that
+The fill-in is not known before the data moves, so ``auto`` predicts with an estimator that
 every rank can compute from what the call's check already gathered, the ranks' pair counts:
 **independent supports**, the union of ``s`` ranks' supports of density ``d`` being
 ``n·(1 − (1 − d)^s)``.  Every rank has the same counts and (checked) the same model, so every
-rank chooses the same.
+rank chooses the same.  Where the supports are known (the benchmark, the chapter), the same
+prediction takes the real unions instead (``supports=``) and the critical path of the real
+messages (:mod:`allreduce.sparse.cost`): that is the model the benchmark checks.
 
-A prediction is the wire time under the dense α-β model plus the local work, which in
-Python dominates from about 1% density: encoding and decoding pairs, and merging sorted
-runs (a stable sort: m·lg m).  :data:`LOCAL` holds those costs as measured on the course's
-reference machine (4 MPI ranks on 2 cores, n = 16 M float32, densities 0.1%, 1% and 10%;
-fitted on relative error, it ranks the three sparse algorithms in the measured order at all
-three densities).
+A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
+local work, which in Python dominates from about 1% density: encoding and decoding pairs,
+merging sorted runs (a stable sort: m·lg m), densifying.  :data:`LOCAL` holds those costs
+as fitted to the local time the benchmark measures apart
+(:func:`allreduce.sparse.vector.local_seconds`) on the course's reference machine.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..algorithms.auto import fastest
 from ..cost import Model, largest_power_of_two
+from . import cost
 from .vector import index_dtype
 
 #: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
-#: densified vector, and per pair of a result read back from a dense one (measured; see above).
+#: densified vector, and per pair of a result read back from a dense one (fitted; see above).
 LOCAL = {"code": 17.5e-9, "merge": 3.1e-9, "densify": 3.5e-9, "gather": 39e-9}
 
 
@@ -33,52 +37,97 @@ def union(n: int, density: float, ranks: int) -> float:
     return n * (1 - (1 - min(density, 1.0)) ** ranks)
 
 
+def measured_unions(supports: list[np.ndarray]) -> list[float]:
+    """``u[s]``, s = 0 … p: the mean size of the union of ``s`` ranks' supports, over the
+    ``p`` windows of consecutive ranks (the groups a ring's partial sums hold)."""
+    p = len(supports)
+    sizes = [0.0]
+    for s in range(1, p + 1):
+        sizes.append(float(np.mean([len(np.unique(np.concatenate(
+            [supports[(r - i) % p] for i in range(s)]))) for r in range(p)])))
+    return sizes
+
+
 def _sort(m: float) -> float:
     return m * math.log2(max(m, 2.0))
 
 
+def local_work(algorithm: str, n: int, counts: list[int], unions: list[float], *,
+               dense_output: bool = False) -> float:
+    """Seconds of local work: ``unions[s]`` is the size of the union of ``s`` supports."""
+    p, k = len(counts), max(counts)
+    if algorithm == "dense":
+        return n * LOCAL["densify"] + (0 if dense_output else unions[p] * LOCAL["gather"])
+    if algorithm == "allgather":
+        return 2 * (p - 1) * k * LOCAL["code"] + _sort(sum(counts)) * LOCAL["merge"]
+    gather = 2 * (p - 1) * unions[p] / p * LOCAL["code"]  # the all-gather of chunks
+    if algorithm == "sparse_ring":
+        sizes = [unions[s] / p for s in range(1, p)]
+        merges = sum(_sort(s + k / p) for s in sizes)
+        return gather + 2 * sum(sizes) * LOCAL["code"] + merges * LOCAL["merge"]
+    if algorithm == "sparse_direct":
+        return gather + 2 * k * LOCAL["code"] + _sort(k) * LOCAL["merge"]
+    if algorithm == "sparse_recursive_doubling":
+        q = largest_power_of_two(p)
+        held = [unions[1 << j] for j in range(q.bit_length() - 1)]
+        if q != p:
+            held = [k, *held, unions[p]]
+        return 2 * sum(held) * LOCAL["code"] + sum(_sort(2 * h) for h in held) * LOCAL["merge"]
+    raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
+
+
+def _estimated_wire(algorithm: str, n: int, counts: list[int], itemsize: int,
+                    model: Model, unions: list[float], dense_output: bool) -> float:
+    """The wire time with every rank's message of the expected size (no supports known)."""
+    p, k = len(counts), max(counts)
+    pair = index_dtype(n).itemsize + itemsize
+    whole, head = n * itemsize, cost.OVERHEAD_BYTES
+
+    def message(pairs: float, width: float) -> float:  # encode's switch to the dense form
+        return head + min(pairs * pair, width * (itemsize + 1 / 8))
+
+    if algorithm == "allgather":
+        return (p - 1) * (model.alpha + message(k, n) * model.beta)
+    chunk = n / p
+    gather = (p - 1) * (model.alpha + message(unions[p] / p, chunk) * model.beta)
+    if algorithm == "sparse_ring":
+        return gather + sum(model.alpha + message(unions[s] / p, chunk) * model.beta
+                            for s in range(1, p))
+    if algorithm == "sparse_direct":
+        return gather + (p - 1) * (model.alpha + message(k / p, chunk) * model.beta)
+    q = largest_power_of_two(p)
+    held = [unions[1 << j] for j in range(q.bit_length() - 1)]
+    if q != p:
+        held = [k, *held, unions[p]]
+    return sum(model.alpha + message(h, n) * model.beta for h in held)
+
+
 def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
-            dense_output: bool = False) -> float:
-    """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r`` (with
-    ``dense_output``, ``dense`` needs neither the presence mask nor the gather)."""
+            dense_output: bool = False, supports: list[np.ndarray] | None = None) -> float:
+    """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r``: from the
+    independent-supports estimator, or from the real ``supports`` when given.  (With
+    ``dense_output``, ``dense`` needs neither the presence mask nor the gather.)"""
     p = len(counts)
     if p == 1:
         return 0.0
-    pair = index_dtype(n).itemsize + itemsize
-    density = sum(counts) / p / n if n else 0.0
-    k = max(counts)
-    dense_bytes = n * itemsize
-    if algorithm == "dense":  # the values' allreduce, the presence mask's, and the copies
+    if supports is not None:
+        unions = measured_unions(supports)
+    else:
+        density = sum(counts) / p / n if n else 0.0
+        unions = [union(n, density, s) for s in range(p + 1)]
+    local = local_work(algorithm, n, counts, unions, dense_output=dense_output)
+    if algorithm == "dense":  # the values' allreduce, and the presence mask's
+        dense_bytes = n * itemsize
         wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
-        if dense_output:
-            return wire + n * LOCAL["densify"]
-        return 2 * wire + n * LOCAL["densify"] + union(n, density, p) * LOCAL["gather"]
-    if algorithm == "allgather":  # each step forwards one block; every rank merges all
-        wire = (p - 1) * model.alpha + (p - 1) * min(k * pair, dense_bytes) * model.beta
-        return wire + 2 * (p - 1) * k * LOCAL["code"] + _sort(sum(counts)) * LOCAL["merge"]
-    chunk = union(n, density, p) / p  # a finished chunk, for the all-gather
-    gather = ((p - 1) * min(chunk * pair, dense_bytes / p) * model.beta
-              + 2 * (p - 1) * chunk * LOCAL["code"])
-    if algorithm == "sparse_ring":
-        sizes = [union(n, density, s) / p for s in range(1, p)]
-        moved = sum(min(s * pair, dense_bytes / p) for s in sizes)
-        wire = 2 * (p - 1) * model.alpha + moved * model.beta
-        merge = sum(_sort(s + k / p) for s in sizes)
-        return wire + gather + 2 * sum(sizes) * LOCAL["code"] + merge * LOCAL["merge"]
-    if algorithm == "sparse_direct":  # one rank's pairs per message; one merge of p runs
-        wire = 2 * (p - 1) * model.alpha + (p - 1) * min(k / p * pair, dense_bytes / p) * model.beta
-        return wire + gather + 2 * k * LOCAL["code"] + _sort(k) * LOCAL["merge"]
-    if algorithm == "sparse_recursive_doubling":
-        q = largest_power_of_two(p)
-        held = [union(n, density, 1 << j) for j in range(int(math.log2(q)))]
-        if q != p:  # the fold: one rank's pairs in, the result out
-            held = [k, *held, union(n, density, p)]
-        moved = sum(min(h * pair, dense_bytes) for h in held)
-        steps = int(math.log2(q)) + 2 * (q != p)
-        wire = steps * model.alpha + moved * model.beta
-        merge = sum(_sort(2 * h) for h in held)
-        return wire + 2 * sum(held) * LOCAL["code"] + merge * LOCAL["merge"]
-    raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
+        if not dense_output:
+            wire += model.time(fastest(n * 4, p, model), p, n * 4)
+        return wire + local
+    if supports is not None:
+        steps = cost.schedule(algorithm, supports, n, itemsize)
+        wire = cost.critical_path(steps, model.alpha, model.beta)
+    else:
+        wire = _estimated_wire(algorithm, n, counts, itemsize, model, unions, dense_output)
+    return model.overhead + wire + local
 
 
 def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,

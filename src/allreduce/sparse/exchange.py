@@ -10,10 +10,10 @@ import numpy as np
 
 from ..algorithms._schedule import left, right
 from ..comm import Communicator
-from .vector import decode, encode, packet_bound, packet_length
+from .vector import HEADER_BYTES, decode, encode, packet_bound, packet_length
 
-#: Bytes a message adds to its pairs: the packet's header (its kind and its pair count).
-OVERHEAD_BYTES = 16
+#: Bytes a message adds to its pairs: the packet's header (its form, pair count and range).
+OVERHEAD_BYTES = HEADER_BYTES
 
 
 def _inbox(comm: Communicator, lo: int, hi: int, dtype: np.dtype) -> np.ndarray:
@@ -37,7 +37,7 @@ def receive(comm: Communicator, source: int, bounds: tuple[int, int], dtype: np.
     """The sparse vector of the range ``bounds`` that ``source`` sends."""
     inbox = _inbox(comm, *bounds, dtype)
     comm.recv_any(comm.native(inbox), source)
-    return decode(inbox, dtype, *bounds)
+    return decode(inbox, dtype)
 
 
 def ring_allgather(comm: Communicator, chunks: list, bounds: list[tuple[int, int]],
@@ -50,6 +50,6 @@ def ring_allgather(comm: Communicator, chunks: list, bounds: list[tuple[int, int
     for step in range(p - 1):  # in step s, rank r forwards chunk r − s and receives r − s − 1
         receive_chunk = (rank - step - 1) % p
         incoming = exchange(comm, packet, right(comm), left(comm), bounds[receive_chunk], dtype)
-        packet = incoming[:packet_length(incoming, dtype.itemsize, *bounds[receive_chunk])].copy()
-        chunks[receive_chunk] = decode(packet, dtype, *bounds[receive_chunk])
+        packet = incoming[:packet_length(incoming, dtype.itemsize)].copy()
+        chunks[receive_chunk] = decode(packet, dtype)
     return chunks

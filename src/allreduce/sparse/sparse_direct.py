@@ -36,7 +36,7 @@ def scatter_to_owners(pieces: list, bounds: list[tuple[int, int]], comm: Communi
         dest, source = (rank + step) % p, (rank - step) % p
         incoming = exchange(comm, encode(*pieces[dest], *bounds[dest]), dest, source,
                             bounds[rank], dtype)
-        received[source] = decode(incoming, dtype, *bounds[rank])
+        received[source] = decode(incoming, dtype)
     return received
 
 

@@ -31,8 +31,7 @@ def sparse_recursive_doubling(indices, values, n: int, comm: Communicator):
     me, mask = fold.virtual_rank, 1
     while mask < fold.participants:
         peer = fold.real_rank(me ^ mask)
-        theirs = decode(exchange(comm, encode(*mine, *whole), peer, peer, whole, dtype),
-                        dtype, *whole)
+        theirs = decode(exchange(comm, encode(*mine, *whole), peer, peer, whole, dtype), dtype)
         mine = merge([theirs, mine] if me & mask else [mine, theirs], dtype)
         mask <<= 1
     if rank < 2 * fold.extra:

@@ -37,8 +37,7 @@ def sparse_ring(indices, values, n: int, comm: Communicator, *, boundaries: str 
         send, receive = (rank - step - 1) % p, (rank - step - 2) % p
         incoming = exchange(comm, encode(*chunks[send], *bounds[send]), right(comm), left(comm),
                             bounds[receive], dtype)
-        chunks[receive] = merge([chunks[receive], decode(incoming, dtype, *bounds[receive])],
-                                dtype)
+        chunks[receive] = merge([chunks[receive], decode(incoming, dtype)], dtype)
     ring_allgather(comm, chunks, bounds, dtype)
     # the chunks cover disjoint ranges, in order: putting them side by side is the sum
     return (np.concatenate([i for i, _ in chunks]), np.concatenate([v for _, v in chunks]))

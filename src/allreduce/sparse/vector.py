@@ -16,8 +16,9 @@ import time
 
 import numpy as np
 
-#: The header of a message: its kind (pairs or dense) and the number of pairs.
-_HEADER = 2
+#: The header of a message, four int64: its form (pairs or dense), the number of pairs, and
+#: the index range ``[lo, hi)`` it covers.
+HEADER_BYTES = 32
 PAIRS, DENSE = 0, 1
 
 
@@ -69,59 +70,71 @@ def merge(runs: list[tuple[np.ndarray, np.ndarray]],
 
 @timed
 def encode(indices: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """A message (uint8) holding the part of a sparse vector in ``[lo, hi)``: its pairs, or,
-    when the pairs would take at least as many bytes, the dense values of the range and a
-    bitmap of which entries are present (so that the support survives the switch)."""
+    """A message (uint8) holding the part of a sparse vector in ``[lo, hi)``: a header (its
+    form, its pair count, ``lo`` and ``hi``), then its pairs, or, when the pairs would take
+    at least as many bytes, the dense values of the range and a bitmap of which entries are
+    present (so that the support survives the switch).  The header makes every message
+    readable alone, by the receiver and by a trace."""
     itemsize = values.dtype.itemsize
     small = index_dtype(hi)
     pairs_bytes = len(indices) * (small.itemsize + itemsize)
     dense_bytes = (hi - lo) * itemsize + -(-(hi - lo) // 8)
     dense = pairs_bytes >= dense_bytes
-    packet = np.empty(8 * _HEADER + (dense_bytes if dense else pairs_bytes), np.uint8)
-    packet[:8 * _HEADER].view(np.int64)[:] = (DENSE if dense else PAIRS, len(indices))
+    packet = np.empty(HEADER_BYTES + (dense_bytes if dense else pairs_bytes), np.uint8)
+    packet[:HEADER_BYTES].view(np.int64)[:] = (DENSE if dense else PAIRS, len(indices), lo, hi)
+    body = packet[HEADER_BYTES:]
     if dense:
-        split = 8 * _HEADER + (hi - lo) * itemsize
-        chunk = packet[8 * _HEADER:split].view(values.dtype)
+        split = (hi - lo) * itemsize
+        chunk = body[:split].view(values.dtype)
         chunk[:] = 0
         chunk[indices - lo] = values
         present = np.zeros(hi - lo, bool)
         present[indices - lo] = True
-        packet[split:] = np.packbits(present)
+        body[split:] = np.packbits(present)
     else:
-        split = 8 * _HEADER + len(indices) * small.itemsize
-        packet[8 * _HEADER:split].view(small)[:] = indices - lo
-        packet[split:].view(values.dtype)[:] = values
+        split = len(indices) * small.itemsize
+        body[:split].view(small)[:] = indices - lo
+        body[split:].view(values.dtype)[:] = values
     return packet
+
+
+def header(packet: np.ndarray) -> tuple[int, int, int, int]:
+    """A message's form (:data:`PAIRS` or :data:`DENSE`), pair count, ``lo`` and ``hi``."""
+    kind, count, lo, hi = (int(v) for v in packet[:HEADER_BYTES].view(np.int64))
+    return kind, count, lo, hi
 
 
 def packet_bound(lo: int, hi: int, itemsize: int) -> int:
     """The most bytes :func:`encode` can make of ``[lo, hi)``: its dense form, since it
     switches to that as soon as the pairs would not be smaller.  A receiver that does not
     know a message's length receives into a buffer of this size."""
-    return 8 * _HEADER + (hi - lo) * itemsize + -(-(hi - lo) // 8)
+    return HEADER_BYTES + (hi - lo) * itemsize + -(-(hi - lo) // 8)
 
 
-def packet_length(packet: np.ndarray, itemsize: int, lo: int, hi: int) -> int:
+def packet_length(packet: np.ndarray, itemsize: int) -> int:
     """The bytes of the message from :func:`encode` at the start of ``packet``."""
-    kind, count = (int(v) for v in packet[:8 * _HEADER].view(np.int64))
+    kind, count, lo, hi = header(packet)
     if kind == DENSE:
         return packet_bound(lo, hi, itemsize)
-    return 8 * _HEADER + count * (index_dtype(hi).itemsize + itemsize)
+    return HEADER_BYTES + count * (index_dtype(hi).itemsize + itemsize)
 
 
 @timed
-def decode(packet: np.ndarray, dtype: np.dtype, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+def decode(packet: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The sparse vector a message from :func:`encode` holds (``packet`` may be longer)."""
-    kind, count = (int(v) for v in packet[:8 * _HEADER].view(np.int64))
+    dtype = np.dtype(dtype)
+    kind, count, lo, hi = header(packet)
+    body = packet[HEADER_BYTES:]
     if kind == DENSE:
-        split = 8 * _HEADER + (hi - lo) * dtype.itemsize
-        chunk = packet[8 * _HEADER:split].view(dtype)
-        where = np.flatnonzero(np.unpackbits(packet[split:], count=hi - lo))
+        split = (hi - lo) * dtype.itemsize
+        chunk = body[:split].view(dtype)
+        where = np.flatnonzero(np.unpackbits(body[split:split + -(-(hi - lo) // 8)],
+                                             count=hi - lo))
         return where + lo, chunk[where].copy()
     small = index_dtype(hi)
-    split = 8 * _HEADER + count * small.itemsize
-    indices = packet[8 * _HEADER:split].view(small).astype(np.int64) + lo
-    return indices, packet[split:split + count * dtype.itemsize].view(dtype).copy()
+    split = count * small.itemsize
+    indices = body[:split].view(small).astype(np.int64) + lo
+    return indices, body[split:split + count * dtype.itemsize].view(dtype).copy()
 
 
 @timed

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import cost
-from .algorithms._schedule import chunk_bounds
-from .trace import Trace, record
+from .. import cost
+from ..algorithms._schedule import chunk_bounds
+from ..trace import Trace, record
 
 
 def contribution_input(rank: int, count: int) -> np.ndarray:
