@@ -1,0 +1,136 @@
+"""The commands ``allreduce-grade`` and ``allreduce-student``."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from . import report, similarity
+from .grade import grade
+from .notebooks import nbformat, specs, write_student_copies
+from .sandbox import Limits, probe
+
+NO_SANDBOX = """\
+allreduce-grade: the sandbox cannot start here ({why}).
+
+Every exercise of every submission runs in a bubblewrap sandbox, which needs user namespaces
+when the grader does not run as root.  To allow them:
+  * Ubuntu 23.10 and later: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0
+    (or an AppArmor profile that grants `userns` to {bwrap});
+  * Debian 10 and older: sudo sysctl -w kernel.unprivileged_userns_clone=1;
+  * elsewhere: sudo sysctl -w user.max_user_namespaces=15000;
+or run the grader as root (then no user namespace is needed).  To grade without the
+sandbox, pass --no-sandbox: the submissions' code then runs with your permissions, can
+read the key and change your files, and its processes are not limited.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="allreduce-grade",
+        description="Grade student notebooks against the instructor lab: each exercise runs in "
+                    "a sandbox, and is judged outside it on its values and its messages.")
+    parser.add_argument("lab", type=Path, nargs="?",
+                        help="the instructor lab (the key), e.g. labs/50_ring_allreduce.ipynb")
+    parser.add_argument("submissions", type=Path, nargs="?",
+                        help="a folder of student notebooks (*.ipynb)")
+    parser.add_argument("--self", dest="own", type=Path, metavar="NOTEBOOK",
+                        help="check your own notebook before handing it in (no key needed)")
+    parser.add_argument("--out", type=Path, default=Path("scores.csv"),
+                        help="the scores CSV; the feedback files go into OUT's name + "
+                             "'-feedback/' beside it (default scores.csv)")
+    parser.add_argument("--format", choices=("csv", "canvas"), default="csv",
+                        help="csv: one row per student, a column per exercise (default); "
+                             "canvas: Canvas's gradebook import layout, one column of points")
+    parser.add_argument("--gradescope", type=Path, metavar="FILE",
+                        help="also write Gradescope's results.json here (one submission)")
+    parser.add_argument("--timeout", "--cell-timeout", type=float, default=60,
+                        help="seconds one check case may run (default 60)")
+    parser.add_argument("--jobs", "-j", type=int, default=1,
+                        help="exercises graded at a time (default 1); each runs 4 processes")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run submissions without the sandbox (see the README: they can "
+                             "then read and change your files)")
+    parser.add_argument("--similar", type=float, default=0.9, metavar="RATIO",
+                        help="flag pairs of solutions at least this alike (default 0.9)")
+    return parser
+
+
+def grade_main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.no_sandbox and (why := probe()) is not None:
+        from .sandbox import bwrap
+
+        print(NO_SANDBOX.format(why=why, bwrap=bwrap() or "bwrap"), file=sys.stderr, end="")
+        return 2
+    if args.own:
+        return _self(args, parser)
+    if args.lab is None or args.submissions is None:
+        parser.error("give LAB and SUBMISSIONS, or --self NOTEBOOK")
+    if not args.lab.is_file():
+        parser.error(f"no such lab: {args.lab}")
+    if not args.submissions.is_dir():
+        parser.error(f"no such folder: {args.submissions}")
+    submissions = sorted(p for p in args.submissions.glob("*.ipynb")
+                         if p.resolve() != args.lab.resolve())
+    if not submissions:
+        parser.error(f"no notebooks (*.ipynb) in {args.submissions}")
+    if args.gradescope and len(submissions) != 1:
+        parser.error("--gradescope writes one results.json: give a folder with one notebook")
+    graded = grade(args.lab, submissions, timeout=args.timeout, jobs=args.jobs,
+                   sandboxed=not args.no_sandbox, limits=_limits(args.timeout))
+    key = nbformat().read(args.lab, as_version=4)
+    names = [s.exercise for s in specs(key)]
+    if args.format == "canvas":
+        report.write_canvas(graded, f"{args.lab.stem} ({args.lab.stem})", args.out)
+    else:
+        report.write_scores(graded, names, args.out)
+    folder = args.out.with_name(args.out.stem + "-feedback")
+    report.write_feedback(graded, args.lab.name, folder)
+    if args.gradescope:
+        shutil.copy(folder / f"{graded[0].name}.results.json", args.gradescope)
+    found = similarity.pairs(graded, key, names, threshold=args.similar)
+    similar = args.out.with_name(args.out.stem + "-similarity.csv")
+    similarity.write(found, similar)
+    print(report.summary(graded, names))
+    print(f"scores written to {args.out}; feedback for each student in {folder}/")
+    print(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
+          f"listed in {similar} for a person to look at (they change no score)")
+    return 0
+
+
+def _limits(timeout: float) -> Limits:
+    return Limits(cpu=max(Limits().cpu, int(4 * timeout)))
+
+
+def _self(args, parser) -> int:
+    """``--self``: the checks on the student's own notebook, with its own lab cells."""
+    if not args.own.is_file():
+        parser.error(f"no such notebook: {args.own}")
+    own = nbformat().read(args.own, as_version=4)
+    (graded,) = grade(args.own, [args.own], timeout=args.timeout, jobs=args.jobs,
+                      sandboxed=not args.no_sandbox, limits=_limits(args.timeout), key=own,
+                      progress=lambda *a, **k: None)
+    print(report.feedback(graded, args.own.name), end="")
+    if args.gradescope:
+        import json
+
+        args.gradescope.write_text(json.dumps(report.gradescope(graded), indent=1) + "\n")
+    return 0
+
+
+def student_main(argv: list[str] | None = None) -> int:
+    """``allreduce-student LAB... --out FOLDER``: write student copies."""
+    parser = argparse.ArgumentParser(
+        prog="allreduce-student",
+        description="Write student copies of labs: solution regions become stubs, and each "
+                    "exercise shows its points.")
+    parser.add_argument("labs", type=Path, nargs="+", help="instructor lab notebooks")
+    parser.add_argument("--out", type=Path, default=Path("student"), help="folder to write")
+    args = parser.parse_args(argv)
+    for path in write_student_copies(args.labs, args.out):
+        print(f"wrote {path}")
+    return 0

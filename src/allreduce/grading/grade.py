@@ -1,0 +1,121 @@
+"""Grading many submissions: every exercise of every submission is one sandboxed run
+(:func:`allreduce.grading.run.run_exercise`), up to ``jobs`` at a time.
+
+The key (the instructor's lab) is read once, here, outside any sandbox, and never enters
+one: a run gets the lab's imports and definitions for its side and the submission's own
+solution cells of that one exercise.  The key, the submissions, the scores and the reports
+live where no run can reach them; the key is still checked unchanged after every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .judge import STOP
+from .notebooks import Spec, nbformat, role, setup_code, solution_sources, specs
+from .run import Code, Result, run_exercise
+from .sandbox import DEFAULT_LIMITS, Limits
+
+
+@dataclass
+class Submission:
+    name: str
+    results: dict[str, Result] = field(default_factory=dict)
+    points: dict[str, float] = field(default_factory=dict)  # the most each exercise gives
+    notebook: object = None  # as read (None when it was not a notebook)
+
+    @property
+    def earned(self) -> float:
+        return sum(r.score * self.points.get(e, 1.0) for e, r in self.results.items())
+
+    @property
+    def possible(self) -> float:
+        return sum(self.points.get(e, 1.0) for e in self.results)
+
+    @property
+    def total(self) -> float:
+        """The fraction of the lab's points earned."""
+        return self.earned / self.possible if self.possible else 0.0
+
+
+def graded_code(lab, submission, spec: Spec) -> Code:
+    """What the run of ``spec`` loads: the lab's imports and definitions before the exercise
+    (from ``lab``: the key, or in ``--self`` mode the student's own notebook) and the
+    submission's solution cells for that exercise."""
+    wanted = (spec.exercise, "solution")
+    places = sum(role(cell) == wanted for cell in lab.cells)
+    theirs = solution_sources(submission, spec.exercise)
+    if len(theirs) != places:
+        raise LookupError(f"the submission has {len(theirs)} solution cells for exercise "
+                          f"{spec.exercise!r}, the lab has {places} (were cells deleted?)")
+    setup, stubs = setup_code(lab, spec.exercise, spec.engines)
+    return Code(setup, tuple(stubs), tuple(theirs))
+
+
+def read_notebook(path: Path):
+    """A notebook, or the reason it is not one."""
+    try:
+        return nbformat().reads(path.read_bytes().decode(), as_version=4)
+    except Exception as error:  # noqa: BLE001 - not a notebook at all
+        return Result(0.0, f"not a readable notebook: {type(error).__name__}")
+
+
+def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
+          sandboxed: bool = True, limits: Limits = DEFAULT_LIMITS, key=None,
+          progress=print) -> list[Submission]:
+    """Grade each submission against the instructor ``lab`` (see the module docstring),
+    running up to ``jobs`` exercises at a time.  ``key`` is the lab already read (the
+    ``--self`` mode passes the student's own notebook)."""
+    STOP.clear()
+    key_bytes = lab.read_bytes()
+    digest = hashlib.sha256(key_bytes).hexdigest()
+    key = key if key is not None else nbformat().reads(key_bytes.decode(), as_version=4)
+    checks = specs(key)
+    points = {s.exercise: s.points for s in checks}
+    students = {path: read_notebook(path) for path in submissions}  # read once, now
+    graded = [Submission(path.stem, points=points,
+                         notebook=None if isinstance(students[path], Result) else students[path])
+              for path in submissions]
+    lock = threading.Lock()
+
+    def result_of(path: Path, spec: Spec) -> Result:
+        student = students[path]
+        if isinstance(student, Result):
+            return student
+        try:
+            code = graded_code(key, student, spec)
+        except LookupError as error:
+            return Result(0.0, str(error))
+        return run_exercise(spec, code, timeout=timeout, sandboxed=sandboxed, limits=limits)
+
+    def run(number: int, path: Path, spec: Spec) -> None:
+        result = result_of(path, spec)
+        with lock:
+            graded[number - 1].results[spec.exercise] = result
+            shown = "" if result.score == 1 else f": {result.message}"
+            progress(f"[{number}/{len(submissions)}] {path.name}: {spec.exercise} "
+                     f"{result.score * spec.points:g}/{spec.points:g} ({result.seconds:.1f} s)"
+                     f"{shown}", flush=True)
+            if not lab.exists() or hashlib.sha256(lab.read_bytes()).hexdigest() != digest:
+                lab.write_bytes(key_bytes)  # cannot happen from a sandbox; say so if it does
+                progress(f"warning: the key {lab} changed while grading {path.name}; restored",
+                         flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        runs = [pool.submit(run, number, path, spec)
+                for number, path in enumerate(submissions, 1) for spec in checks]
+        try:
+            for finished in runs:
+                finished.result()
+        except BaseException:  # Ctrl-C: start nothing more, and end the runs in flight now
+            STOP.set()
+            for future in runs:
+                future.cancel()
+            raise
+    for submission in graded:  # the lab's order, whatever order the runs finished in
+        submission.results = {s.exercise: submission.results[s.exercise] for s in checks}
+    return graded

@@ -1,0 +1,228 @@
+"""How the labs are marked up, student copies, and what the grader reads from a notebook.
+
+* a **solution cell** has ``metadata.allreduce = {"exercise": NAME, "role": "solution"}``
+  and contains one or more regions between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
+  (nbgrader's markers);
+* a **check cell** has ``{"exercise": NAME, "role": "check", "points": P}``; the one that
+  calls ``lab.check(...)``, ``lab.check_overlap(...)`` or a kernel check (``lab.check_fit``
+  and the others) says which function is checked and how, and carries the exercise's points
+  (1 if it names none).
+
+:func:`spec` reads that call (it is never run); :func:`setup_code` takes from the cells
+before an exercise only what its function needs to exist: imports and definitions, and the
+names the other cells assign, which the grader binds to a placeholder that explains itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+
+def nbformat():
+    import nbformat as module
+
+    return module
+
+
+def role(cell) -> tuple[str, str] | None:
+    """``(exercise, role)`` of a marked cell, else ``None``."""
+    mark = cell.get("metadata", {}).get("allreduce")
+    return (mark["exercise"], mark["role"]) if mark and "exercise" in mark else None
+
+
+def exercises(nb) -> list[str]:
+    """The lab's exercises, in the order their check cells appear."""
+    names: list[str] = []
+    for cell in nb.cells:
+        mark = role(cell)
+        if mark and mark[1] == "check" and mark[0] not in names:
+            names.append(mark[0])
+    return names
+
+
+# -- what each exercise's check is ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    """One exercise as its check cell states it.  ``kind`` is ``"ranks"`` (``lab.check`` on
+    the engines), ``"overlap"`` (``lab.check_overlap``) or ``"local"`` (a kernel check, named
+    by ``check``)."""
+
+    exercise: str
+    kind: str
+    function: str
+    points: float = 1.0
+    phase: str = ""
+    pattern: str = ""
+    check: str = ""
+    engines: bool = True  # the function lives on the engines (a %%px cell)
+
+
+def _call(source: str) -> ast.Call | None:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "lab"
+                and node.func.attr.startswith("check")):
+            return node
+    return None
+
+
+def _constant(node) -> str:
+    if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+        raise TypeError(f"a check cell must name the function as a string: {ast.unparse(node)}")
+    return node.value
+
+
+def spec(nb, exercise: str) -> Spec:
+    """The check of ``exercise``, from the first of its check cells that calls ``lab.check*``."""
+    from ..lab import LOCAL_CHECKS, PATTERNS, PHASES
+    from ..lab.patterns import DEFAULT_PATTERN
+
+    for cell in nb.cells:
+        if role(cell) != (exercise, "check") or (call := _call(cell.source)) is None:
+            continue
+        points = float(cell.metadata["allreduce"].get("points", 1))
+        keywords = {k.arg: k.value for k in call.keywords}
+        name = call.func.attr
+        if name == "check":
+            function, phase = _constant(call.args[1]), _constant(call.args[2])
+            pattern = _constant(keywords["pattern"]) if "pattern" in keywords \
+                else DEFAULT_PATTERN.get(phase, "")
+            if phase not in PHASES or pattern not in PATTERNS:
+                raise ValueError(f"exercise {exercise!r}: unknown phase {phase!r} or pattern "
+                                 f"{pattern!r}")
+            return Spec(exercise, "ranks", function, points, phase=phase, pattern=pattern)
+        if name == "check_overlap":
+            return Spec(exercise, "overlap", _constant(call.args[1]), points)
+        if name in LOCAL_CHECKS:
+            if not call.args or not isinstance(call.args[0], ast.Name):
+                raise ValueError(f"exercise {exercise!r}: {name} must be given the function")
+            return Spec(exercise, "local", call.args[0].id, points, check=name, engines=False)
+        raise ValueError(f"exercise {exercise!r}: the grader does not know lab.{name}")
+    raise ValueError(f"exercise {exercise!r} has no check cell that calls lab.check*")
+
+
+def specs(nb) -> list[Spec]:
+    return [spec(nb, name) for name in exercises(nb)]
+
+
+# -- the code a run needs -------------------------------------------------------------------------
+
+def is_engine_cell(source: str) -> bool:
+    return source.lstrip().startswith("%%px")
+
+
+def python_source(source: str) -> str:
+    """A cell's source with its ``%%px`` line blanked (the rest is plain Python, and its line
+    numbers are the cell's own)."""
+    lines = source.splitlines()
+    if lines and lines[0].lstrip().startswith("%%px"):
+        lines[0] = ""
+    return "\n".join(lines)
+
+
+def solution_sources(nb, exercise: str) -> list[str]:
+    return [python_source(cell.source) for cell in nb.cells
+            if role(cell) == (exercise, "solution")]
+
+
+def setup_code(nb, exercise: str, engines: bool) -> tuple[str, list[str]]:
+    """From the code cells before the exercise's first solution cell, on the same side
+    (engines or kernel) and not solution cells: their imports and definitions, as source,
+    and the names they assign otherwise (``world``, ``comm``, ...)."""
+    keep, assigned = [], []
+    for cell in nb.cells:
+        if role(cell) == (exercise, "solution"):
+            break
+        if cell.cell_type != "code" or role(cell) or is_engine_cell(cell.source) != engines:
+            continue
+        try:
+            tree = ast.parse(python_source(cell.source))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+                keep.append(ast.unparse(node))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                assigned += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return "\n".join(keep), sorted(set(assigned))
+
+
+# -- student copies ---------------------------------------------------------------------------------
+
+def stub_solutions(source: str, exercise: str) -> str:
+    """``source`` with each solution region replaced by a ``NotImplementedError`` stub at
+    the region's indentation."""
+    out, inside = [], False
+    for line in source.splitlines():
+        if BEGIN in line:
+            if inside:
+                raise ValueError(f"exercise {exercise!r}: {BEGIN} inside a solution region")
+            inside = True
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f'{indent}raise NotImplementedError("exercise {exercise}: replace this '
+                       f'line with your solution")')
+        elif END in line:
+            if not inside:
+                raise ValueError(f"exercise {exercise!r}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"exercise {exercise!r}: {BEGIN} without {END}")
+    return "\n".join(out)
+
+
+def _points_cell(exercise: str, points: float, total: float):
+    cell = nbformat().v4.new_markdown_cell(
+        f"**Exercise `{exercise}`: {points:g} point{'s' * (points != 1)}** "
+        f"(of {total:g} in this lab; the grader checks the values and the messages your "
+        "code sends).")
+    cell.metadata["allreduce"] = {"exercise": exercise, "role": "points"}
+    cell.id = f"points-{exercise}"[:64]  # the same copy every time it is written
+    return cell
+
+
+def student_copy(nb):
+    """A copy of the instructor lab ``nb`` with every solution region stubbed out and each
+    exercise's points shown in a cell just before its first solution cell."""
+    student = copy.deepcopy(nb)
+    points = {s.exercise: s.points for s in specs(nb)}
+    total, shown, cells = sum(points.values()), set(), []
+    for cell in student.cells:
+        mark = role(cell)
+        if mark and mark[1] == "solution":
+            if BEGIN not in cell.source:
+                raise ValueError(f"solution cell of exercise {mark[0]!r} has no {BEGIN}")
+            cell.source = stub_solutions(cell.source, mark[0])
+            cell.outputs, cell.execution_count = [], None
+            if mark[0] not in shown and mark[0] in points:
+                shown.add(mark[0])
+                cells.append(_points_cell(mark[0], points[mark[0]], total))
+        cells.append(cell)
+    student.cells = cells
+    return student
+
+
+def write_student_copies(labs: list[Path], folder: Path) -> list[Path]:
+    """Write the student copy of each lab into ``folder``; return the paths written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for lab in labs:
+        nb = nbformat().read(lab, as_version=4)
+        if not exercises(nb):
+            raise ValueError(f"{lab} has no exercises (no check cells)")
+        target = folder / lab.name
+        nbformat().write(student_copy(nb), target)
+        written.append(target)
+    return written

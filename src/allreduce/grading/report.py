@@ -1,0 +1,123 @@
+"""What grading writes: the scores CSV (one row per student), a feedback file per student
+(Markdown: each exercise's points, the check's message and the cell it was about),
+Gradescope's ``results.json`` per student, and, with ``--format canvas``, a gradebook
+column in Canvas's import layout.  Written by the grader, outside every sandbox."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from .grade import Submission
+from .notebooks import role
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def _safe(text: str) -> str:
+    """A cell a spreadsheet will not run as a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+def write_scores(graded: list[Submission], names: list[str], path: Path) -> None:
+    """One row per student: the points of each exercise, the total, the most there is, the
+    percentage, and the messages of the exercises that lost points."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", *names, "total", "possible", "percent", "messages"])
+        for s in graded:
+            messages = "; ".join(f"{e}: {s.results[e].message}" for e in names
+                                 if s.results[e].score < 1 and s.results[e].message)
+            writer.writerow([s.name, *(_number(s.results[e].score * s.points[e]) for e in names),
+                             _number(s.earned), _number(s.possible), f"{100 * s.total:.0f}",
+                             _safe(messages)])
+
+
+def write_canvas(graded: list[Submission], column: str, path: Path) -> None:
+    """Canvas's gradebook import: ``Student,ID,SIS User ID,SIS Login ID,Section`` and one
+    assignment column, with the points possible in the second row.  The submission's file
+    name stands as the SIS login (name the files by login)."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column])
+        possible = graded[0].possible if graded else 0
+        writer.writerow(["Points Possible", "", "", "", "", _number(possible)])
+        for s in graded:
+            writer.writerow([s.name, "", "", s.name, "", _number(s.earned)])
+
+
+def summary(graded: list[Submission], names: list[str]) -> str:
+    """The score table as text."""
+    width = max([len("student"), *(len(s.name) for s in graded)])
+    cols = [max(len(e), 7) for e in names]
+    head = f"{'student':<{width}}  " + "  ".join(f"{e:>{c}}" for e, c in zip(names, cols)) \
+        + "    total"
+    rows = [head, "-" * len(head)]
+    for s in graded:
+        cells = "  ".join(f"{_number(s.results[e].score * s.points[e]) + '/' + _number(s.points[e]):>{c}}"
+                          for e, c in zip(names, cols))
+        rows.append(f"{s.name:<{width}}  {cells}  {100 * s.total:>6.0f}%")
+    return "\n".join(rows)
+
+
+def _cell(submission: Submission, exercise: str) -> tuple[int | None, str]:
+    """The number (as Jupyter shows cells, from 1) and source of the submission's first
+    solution cell of ``exercise``."""
+    nb = submission.notebook
+    if nb is None:
+        return None, ""
+    for index, cell in enumerate(nb.cells, 1):
+        if role(cell) == (exercise, "solution"):
+            return index, cell.source
+    return None, ""
+
+
+def feedback(submission: Submission, lab: str) -> str:
+    """The feedback file of one submission, in Markdown."""
+    lines = [f"# Feedback: {submission.name} on {lab}", "",
+             (f"**{_number(submission.earned)} of {_number(submission.possible)} points "
+              f"({100 * submission.total:.0f}%).**"), "",
+             "| exercise | points | |", "|---|---|---|"]
+    for exercise, result in submission.results.items():
+        mark = "passed" if result.score == 1 else "not yet"
+        lines.append(f"| `{exercise}` | {_number(result.score * submission.points[exercise])} / "
+                     f"{_number(submission.points[exercise])} | {mark} |")
+    for exercise, result in submission.results.items():
+        lines += ["", (f"## `{exercise}`: {_number(result.score * submission.points[exercise])} "
+                       f"of {_number(submission.points[exercise])} points"), ""]
+        lines.append(("The check: " if result.score == 1 else "What the check found: ")
+                     + (result.message or "(no message)"))
+        if result.warning:
+            lines += ["", f"Note: {result.warning}"]
+        if result.score < 1:
+            number, source = _cell(submission, exercise)
+            if number is not None:
+                where = re.search(r"line (\d+)", result.message + result.warning)
+                lines += ["", (f"Your solution cell (cell {number} of your notebook"
+                               + (f"; the error is on line {where.group(1)}" if where else "")
+                               + "):"), "", "```python", source.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def gradescope(submission: Submission) -> dict:
+    """Gradescope's autograder ``results.json`` for one submission."""
+    return {
+        "score": submission.earned,
+        "output": f"{_number(submission.earned)} of {_number(submission.possible)} points",
+        "tests": [{"name": exercise, "score": result.score * submission.points[exercise],
+                   "max_score": submission.points[exercise], "output": result.message,
+                   "visibility": "visible"}
+                  for exercise, result in submission.results.items()],
+    }
+
+
+def write_feedback(graded: list[Submission], lab: str, folder: Path) -> None:
+    """``folder/NAME.md`` and ``folder/NAME.results.json`` for each submission."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for s in graded:
+        (folder / f"{s.name}.md").write_text(feedback(s, lab))
+        (folder / f"{s.name}.results.json").write_text(json.dumps(gradescope(s), indent=1) + "\n")

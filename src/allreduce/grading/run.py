@@ -1,0 +1,194 @@
+"""One exercise of one submission: start a sandbox with its ranks, load the student's code
+there, put the check's cases to it through the judge, and judge what came back.
+
+The verdict is made here, in the grader's own process, after the student's code has
+answered: from the results and the messages the judge routed, never from anything the
+notebook printed or the run wrote.  The ranks see one case at a time; their inputs carry
+numbers chosen here at random, so no rank can produce a right result without receiving the
+others' data through the judge.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..lab import CHECK_COUNTS, LOCAL_CHECKS, checks
+from ..lab.exercises import SubmitLog
+from ..lab.patterns import PATTERNS
+from . import wire
+from .judge import Failure, Judge, clean
+from .notebooks import Spec
+from .sandbox import DEFAULT_LIMITS, Limits, Sandbox
+
+RANKS = 4  # as the labs' engines
+OVERLAP_STEPS = 5
+
+
+@dataclass
+class Result:
+    """One exercise of one submission: ``score`` in [0, 1], why points were lost (or the
+    passing line), and where: the student's cell, when the failure is in it."""
+
+    score: float
+    message: str = ""
+    seconds: float = 0.0
+    warning: str = ""
+
+
+@dataclass(frozen=True)
+class Code:
+    """What a run loads: the lab's imports and definitions for the function's side, the
+    names other cells assign, and the student's solution cells of this exercise only."""
+
+    setup: str
+    stubs: tuple[str, ...]
+    solution: tuple[str, ...]
+
+
+def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool = True,
+                 limits: Limits = DEFAULT_LIMITS) -> Result:
+    started = time.monotonic()
+    size = 1 if spec.kind == "local" else RANKS
+    pairs = [socket.socketpair() for _ in range(size)]
+    theirs = [b.fileno() for _, b in pairs]
+    sandbox = Sandbox.start(theirs, enabled=sandboxed, limits=limits)
+    for _, b in pairs:
+        b.close()
+    judge = Judge([a for a, _ in pairs])
+    warning = ""
+    try:
+        warning = judge.setup({"op": "setup", "function": spec.function, "kind": spec.kind,
+                               "phase": spec.phase, "pattern": spec.pattern,
+                               "check": spec.check, "setup": code.setup,
+                               "stubs": list(code.stubs), "solution": list(code.solution)},
+                              timeout) or ""
+        line = _VERDICTS[spec.kind](judge, spec, timeout)
+        judge.bye()
+        return Result(1.0, line, time.monotonic() - started, warning)
+    except Failure as failure:
+        message = str(failure)
+        if "ended without answering" in message and sandbox.output().strip():
+            message += f" [it printed: {clean(sandbox.output().strip().splitlines()[-1], 200)}]"
+        return Result(0.0, message, time.monotonic() - started, warning)
+    finally:
+        judge.close()
+        sandbox.stop()
+
+
+# -- the checks, judged here --------------------------------------------------------------------
+
+def _ranks(judge: Judge, spec: Spec, timeout: float) -> str:
+    rng = np.random.default_rng(secrets.randbits(64))
+    for n in CHECK_COUNTS:
+        given, expected = checks.inputs(spec.phase, n, RANKS, rng)
+        headers = []
+        for rank in range(RANKS):
+            blobs: list = []
+            headers.append(({"op": "case", "n": n, "size": RANKS,
+                             "given": wire.encode(given[rank], blobs)}, blobs))
+        outcome = judge.case(headers, timeout, f"{spec.function} for n = {n}")
+        problems = []
+        for rank, (header, blobs) in enumerate(outcome.results):
+            if header.get("violation"):
+                raise Failure(clean(header["violation"]))
+            try:
+                got = wire.decode(header.get("got"), blobs)
+                got = got if isinstance(got, dict) else {}
+                problems.append(checks.judge(spec.phase, spec.function, n, rank, RANKS, got,
+                                             expected))
+            except (wire.WireError, TypeError, ValueError, IndexError) as error:
+                problems.append(f"{spec.function} left something the check cannot read on "
+                                f"rank {rank} for n = {n} ({clean(error, 100)})")
+        if problem := next((p for p in problems if p), None):
+            raise Failure(problem)
+        if problem := _pattern(spec, n, outcome):
+            raise Failure(problem)
+    return f"{spec.function}: correct on {RANKS} ranks for n = {', '.join(map(str, CHECK_COUNTS))}"
+
+
+def _pattern(spec: Spec, n: int, outcome) -> str | None:
+    if spec.pattern != "one_allreduce":
+        if any(outcome.allreduces):
+            return (f"your {spec.function} called allreduce.allreduce for n = {n}: the exercise "
+                    f"is to write it yourself; it must {PATTERNS[spec.pattern].does}")
+        if any(outcome.collectives):
+            return (f"your {spec.function} used a collective of comm (allgather) for n = {n}; "
+                    f"it must {PATTERNS[spec.pattern].does}")
+    if spec.pattern == "one_allreduce" and any(outcome.collectives):
+        return f"your {spec.function} used comm's allgather; it must {PATTERNS[spec.pattern].does}"
+    return checks.pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
+                                  [len(a) for a in outcome.allreduces], outcome.allreduces)
+
+
+def _local(judge: Judge, spec: Spec, timeout: float) -> str:
+    check = LOCAL_CHECKS[spec.check]
+    cases = check.cases()
+    outcome = judge.case([({"op": "case", "cases": cases}, [])], timeout, spec.function)
+    header, blobs = outcome.results[0]
+    try:
+        results = wire.decode(header.get("results"), blobs)
+    except wire.WireError as error:
+        raise Failure(f"{spec.function} returned something the check cannot read "
+                      f"({clean(error, 100)})") from None
+    if not isinstance(results, list) or len(results) != len(cases):
+        raise Failure(f"{spec.function}: the check got {clean(type(results).__name__, 40)} "
+                      "instead of one result per case")
+    try:
+        return check.verdict(cases, results)
+    except AssertionError as error:
+        raise Failure(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - a result of an unexpected kind
+        raise Failure(f"{spec.function} returned something the check cannot use: "
+                      f"{type(error).__name__}: {clean(error, 200)}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _reference_training(steps: int) -> tuple[np.ndarray, list[int]]:
+    """Single-process training's weights (what the ranks' must equal, to float32 rounding),
+    and the element counts of the allreduces one overlapped step makes, in order: each
+    gradient in the order backward produces them (the parameters' reverse), then the loss."""
+    from ..training import make_model, train
+
+    sizes = [p.numel() for p in reversed(list(make_model().parameters()))]
+    return train(None, steps=steps).weights, sizes + [1]
+
+
+def _overlap(judge: Judge, spec: Spec, timeout: float) -> str:
+    weights, per_step = _reference_training(OVERLAP_STEPS)
+    outcome = judge.case([({"op": "case", "steps": OVERLAP_STEPS, "size": RANKS}, [])] * RANKS,
+                         timeout, f"training with your {spec.function}")
+    for rank, calls in enumerate(outcome.allreduces):
+        for step in range(OVERLAP_STEPS):
+            mine = calls[step * len(per_step):(step + 1) * len(per_step)]
+            if mine != per_step:
+                raise Failure(
+                    f"training with your {spec.function} made the allreduces {mine} (elements "
+                    f"each) on rank {rank} in step {step + 1}; the overlap reduces each of the "
+                    f"{len(per_step) - 1} gradients once per step, in the order backward "
+                    f"produces them, {per_step[:-1]}, then the loss")
+    for rank, (header, blobs) in enumerate(outcome.results):
+        try:
+            got = wire.decode(header.get("got"), blobs)
+            mine, late = np.asarray(got["weights"], dtype=np.float64), int(got["late"])
+        except (wire.WireError, KeyError, TypeError, ValueError):
+            raise Failure(f"rank {rank} returned no weights the check can read") from None
+        if mine.shape != weights.shape or not np.allclose(mine, weights, rtol=0, atol=1e-5):
+            worst = int(np.argmax(np.abs(mine - weights))) if mine.shape == weights.shape else 0
+            raise Failure(f"rank {rank}: after {OVERLAP_STEPS} steps weight {worst} differs from "
+                          f"single-process training by more than 1e-5 (is every gradient "
+                          "submitted exactly once, after backward has accumulated it?)")
+        log = SubmitLog(None)
+        log.late = late
+        if problem := log.problem(spec.function):
+            raise Failure(problem)
+    return (f"{spec.function}: the same weights as without overlap after {OVERLAP_STEPS} steps, "
+            f"on {RANKS} ranks")
+
+
+_VERDICTS = {"ranks": _ranks, "local": _local, "overlap": _overlap}

