@@ -16,7 +16,7 @@ in full, and the communication pattern against the library's own algorithm.  The
 ``results.json``, optionally a Canvas gradebook column, and a similarity report.
 
 The modules: ``notebooks`` (markup, specs, student copies), ``wire``, ``sandbox``, ``rank``
-(inside), ``judge``, ``run``, ``grade`` (many runs), ``report``, ``similarity``, ``cli``.
+(inside), ``judge``, ``run``, ``batch`` (many runs), ``report``, ``similarity``, ``cli``.
 Nothing here is imported by :mod:`allreduce.lab`.
 """
 
@@ -28,7 +28,7 @@ _NAMES = {
     "notebooks": ("BEGIN", "END", "Spec", "exercises", "role", "spec", "specs", "stub_solutions",
                   "student_copy", "write_student_copies"),
     "run": ("Result", "run_exercise"),
-    "grade": ("Submission", "grade", "graded_code"),
+    "batch": ("Submission", "grade", "graded_code"),
     "cli": ("grade_main", "student_main"),
 }
 __all__ = [name for names in _NAMES.values() for name in names]

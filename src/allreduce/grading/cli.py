@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import report, similarity
-from .grade import grade
+from .batch import grade
 from .notebooks import nbformat, specs, write_student_copies
 from .sandbox import Limits, probe
 

@@ -31,6 +31,7 @@ def main(argv: list[str]) -> None:
         os.setgroups([])
         os.setgid(config["uid"])
         os.setuid(config["uid"])
+    _preload(config.get("preload", []))
     children = []
     for rank, fd in enumerate(fds):
         pid = os.fork()
@@ -49,6 +50,20 @@ def main(argv: list[str]) -> None:
         os.close(fd)
     for pid in children:
         os.waitpid(pid, 0)
+
+
+def _preload(modules: list[str]) -> None:
+    """Import what every rank will import, once, before forking them (torch takes seconds;
+    it starts no thread on import, so forking after it is safe)."""
+    import importlib
+
+    for name in ["numpy", "allreduce", "allreduce.lab", *modules]:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - the rank will report it where it matters
+            continue
+    if "allreduce.training" in modules:
+        sys.modules["allreduce.training"].digits()  # the data set, read once for every rank
 
 
 # -- one rank -----------------------------------------------------------------------------------

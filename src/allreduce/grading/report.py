@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from .grade import Submission
+from .batch import Submission
 from .notebooks import role
 
 

@@ -57,7 +57,7 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
     size = 1 if spec.kind == "local" else RANKS
     pairs = [socket.socketpair() for _ in range(size)]
     theirs = [b.fileno() for _, b in pairs]
-    sandbox = Sandbox.start(theirs, enabled=sandboxed, limits=limits)
+    sandbox = Sandbox.start(theirs, enabled=sandboxed, limits=limits, preload=_preload(spec, code))
     for _, b in pairs:
         b.close()
     judge = Judge([a for a, _ in pairs])
@@ -79,6 +79,21 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
     finally:
         judge.close()
         sandbox.stop()
+
+
+def _preload(spec: Spec, code: Code) -> list[str]:
+    """The modules the lab's imports name (and, for the overlap, what training needs)."""
+    import ast
+
+    names = []
+    for node in ast.parse(code.setup).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    if spec.kind == "overlap":
+        names += ["torch", "torch._dynamo", "torch.optim", "allreduce.training"]
+    return [n for n in dict.fromkeys(names) if not n.startswith("mpi4py")]
 
 
 # -- the checks, judged here --------------------------------------------------------------------

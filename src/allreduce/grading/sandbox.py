@@ -129,8 +129,8 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits) -> list[str]:
     return args + ["--", *launcher]
 
 
-def launcher(fds: list[int], uid: int | None, limits: Limits) -> list[str]:
-    config = json.dumps({"uid": uid, "limits": limits.rlimits()})
+def launcher(fds: list[int], uid: int | None, limits: Limits, preload=()) -> list[str]:
+    config = json.dumps({"uid": uid, "limits": limits.rlimits(), "preload": list(preload)})
     return [sys.executable, "-I", "-m", "allreduce.grading.rank", config, *map(str, fds)]
 
 
@@ -171,11 +171,11 @@ class Sandbox:
     stderr: list[bytes] = field(default_factory=list)
 
     @classmethod
-    def start(cls, fds: list[int], *, enabled: bool = True,
-              limits: Limits = DEFAULT_LIMITS) -> Sandbox:
+    def start(cls, fds: list[int], *, enabled: bool = True, limits: Limits = DEFAULT_LIMITS,
+              preload=()) -> Sandbox:
         as_root = os.geteuid() == 0
         uid = free_uid() if as_root and enabled else None
-        argv = launcher(fds, uid, limits)
+        argv = launcher(fds, uid, limits, preload)
         if enabled:
             argv = command(argv, as_root=as_root, limits=limits)
         process = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,

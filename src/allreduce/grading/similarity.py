@@ -14,7 +14,7 @@ import tokenize
 from itertools import combinations
 from pathlib import Path
 
-from .grade import Submission
+from .batch import Submission
 from .notebooks import role, stub_solutions
 
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
