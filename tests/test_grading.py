@@ -374,11 +374,13 @@ def test_hostile_submissions_on_the_naive_lab(root, venv_bin, tmp_path):
     folder.mkdir()
     na, rb = "naive_allreduce", "reduce_then_broadcast"
     _variant(key, folder, "a_correct", {})
-    _variant(key, folder, "b_mpi", {na: lambda s: _body(_stub(s, na), "world.Allreduce(buf.copy(), buf)")})
+    _variant(key, folder, "b_mpi", {na: lambda s: _body(_stub(s, na), "world.Allreduce(buf.copy(), buf)\nreturn")})
     _variant(key, folder, "c_library", {na: lambda s: _body(_stub(s, na),
-                                        "allreduce.allreduce(buf, comm, algorithm='naive', out=buf)"),
+                                        "allreduce.allreduce(buf, comm, algorithm='naive', out=buf)\n"
+                                        "return"),
                                         rb: lambda s: _body(_stub(s, rb),
-                                        "allreduce.algorithms.reduce_broadcast.reduce_broadcast(buf, comm, op)")})
+                                        "allreduce.algorithms.reduce_broadcast.reduce_broadcast(buf, comm, op)\n"
+                                        "return")})
     _variant(key, folder, "d_fakes_the_check", {na: lambda s: _top(_stub(s, na), FAKE_CHECK)})
     _variant(key, folder, "e_reads_the_key", {na: lambda s: _body(_stub(s, na), READ_KEY.format(
         lab="30_naive_allreduce.ipynb", key=lab, exercise=na))})
@@ -388,7 +390,7 @@ def test_hostile_submissions_on_the_naive_lab(root, venv_bin, tmp_path):
     _variant(key, folder, "i_ring_instead_of_naive", {na: lambda s: _body(_stub(s, na),
              "from allreduce.lab.patterns import _reference_function\n"
              "_reference_function('ring_reduce_scatter')(buf, comm, op)\n"
-             "_reference_function('ring_allgather')(buf, comm, op)")})
+             "_reference_function('ring_allgather')(buf, comm, op)\nreturn")})
     rows, _ = _grade(venv_bin, lab, folder, tmp_path / "scores.csv")
     assert (rows["a_correct"][na], rows["a_correct"][rb]) == ("2", "3")
     for name in ("b_mpi", "c_library", "d_fakes_the_check", "e_reads_the_key"):
