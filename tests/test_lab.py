@@ -77,3 +77,50 @@ def test_engines_stop_when_the_kernel_is_killed(venv_bin):
         alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}")
                  and "zombie" not in Path(f"/proc/{pid}/status").read_text()]
     assert not alive, f"engines outlived their kernel: {alive}"
+
+
+# What a lab's check cell must catch on the engines: values right, work done by someone else.
+HANDED_OFF = """
+import numpy as np
+from mpi4py import MPI
+import allreduce
+from allreduce import chunk_bounds
+
+def by_mpi(buf, comm, op):
+    total = buf.copy()
+    MPI.COMM_WORLD.Allreduce(buf, total)
+    buf[:] = total
+    return chunk_bounds(len(buf), comm.size, comm.rank)
+
+def by_library(buf, comm, op):
+    from allreduce.algorithms import ring
+    return ring.taught_reduce_scatter(buf, comm, op)
+
+def not_a_ring(buf, comm, op):
+    p, rank, n = comm.size, comm.rank, len(buf)
+    others = np.empty((p, n), dtype=buf.dtype)
+    requests = []
+    for k in range(1, p):
+        requests.append(comm.irecv(others[(rank - k) % p], (rank - k) % p))
+        requests.append(comm.isend(buf, (rank + k) % p))
+    comm.waitall(requests)
+    for k in range(1, p):
+        comm.reduce_local(op, buf, others[(rank - k) % p])
+    return chunk_bounds(n, p, rank)
+
+def peeks(buf, comm, op):
+    comm.comm.Allreduce(buf.copy(), buf)
+"""
+
+
+def test_a_check_cell_catches_work_handed_to_mpi_or_the_library():
+    with lab.cluster(n=4) as view:
+        view.execute(HANDED_OFF)
+        for function, says in [("by_mpi", r"your by_mpi sent 0 messages through comm for n = 4 "
+                                          r"on 4 ranks \(did it hand the work to MPI"),
+                               ("by_library", "called the library's taught_reduce_scatter"),
+                               ("not_a_ring", "on rank 0 sent 3 messages .* to ranks 1, 2, 3 "
+                                              "for n = 4 .* it must pass chunks around the ring"),
+                               ("peeks", "AttributeError: .* has no attribute 'comm'")]:
+            with pytest.raises(AssertionError, match=says):
+                lab.check(view, function, "reduce_scatter", counts=(4, 7))

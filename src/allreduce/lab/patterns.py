@@ -167,8 +167,10 @@ def _forbidden(filename: str) -> bool:
 
 
 class Guard:
-    """Watch a call for work handed to mpi4py or to the library (``sys.setprofile``, on
-    every thread the call starts too).  Calls made by the checking communicator itself are
+    """Watch a call for work handed to the library or to mpi4py (``sys.setprofile``, on
+    every thread the call starts too).  mpi4py's methods are Cython, which the profiler
+    does not report: a function that uses MPI instead of ``comm`` is caught by its trace
+    instead (it sent nothing through ``comm``), and the grader's ranks have no mpi4py.  Calls made by the checking communicator itself are
     not watched: it marks them with :meth:`trusted`.  ``allow_allreduce`` lets the
     function call ``allreduce.allreduce`` (the exercises that teach using it), and counts
     the calls.  After the call, :attr:`violation` names the first forbidden call, if any."""
