@@ -23,6 +23,7 @@ from ..trace import Event
 from . import wire
 
 MAX_EVENTS = 100_000  # messages and waits one rank may make in one case
+MAX_QUEUED = 256 << 20  # bytes sent and not yet received, in all, that the judge will hold
 STOP = threading.Event()  # set on Ctrl-C: every judge gives up within a second
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum,
            "prod": np.multiply}
@@ -147,6 +148,7 @@ class _Case:
         self.state: list = [None] * size  # None: running; else what the rank waits for
         self.allreduces: list[list[int]] = [[] for _ in range(size)]
         self.collectives = [0] * size
+        self.queued = 0  # bytes of sends not yet received
 
     # -- one frame
     def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
@@ -191,6 +193,10 @@ class _Case:
                 raise Failure(f"rank {rank} sent the grader a malformed isend")
             key = (rank, peer, tag)
             self.sends[key].append((dtype, count, blobs[0]))
+            self.queued += nbytes
+            if self.queued > MAX_QUEUED:
+                raise Failure(f"more than {MAX_QUEUED >> 20} MiB of messages were sent and not "
+                              "received: does every send have its receive?")
         else:
             key = (peer, rank, tag)
             self.recvs[key].append((request, dtype, count))
@@ -201,6 +207,7 @@ class _Case:
         while self.sends[key] and self.recvs[key]:
             dtype, count, data = self.sends[key].popleft()
             request, want_dtype, want_count = self.recvs[key].popleft()
+            self.queued -= len(data)
             if (dtype, count) != (want_dtype, want_count):
                 raise Failure(
                     f"rank {source} sent {count} {dtype} elements to rank {dest}, which posted a "

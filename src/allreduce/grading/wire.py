@@ -15,6 +15,7 @@ import numpy as np
 MAX_HEADER = 1 << 20  # bytes of JSON in one frame
 MAX_BLOB = 64 << 20  # bytes in one array
 MAX_BLOBS = 64  # arrays in one frame
+MAX_FRAME = 128 << 20  # bytes of arrays in one frame
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
@@ -54,6 +55,7 @@ class Reader:
                     sizes = header["blobs"]
                     if (not isinstance(header, dict) or not isinstance(sizes, list)
                             or len(sizes) > MAX_BLOBS
+                            or sum(s for s in sizes if isinstance(s, int)) > MAX_FRAME
                             or not all(isinstance(s, int) and 0 <= s <= MAX_BLOB for s in sizes)):
                         raise ValueError(sizes)
                 except (ValueError, KeyError, TypeError) as error:
