@@ -17,7 +17,7 @@ help:
 	@echo "make lab    open JupyterLab on the student copies in student/ (made when missing)"
 	@echo "make lab KEYS=1  open JupyterLab on the instructor keys in labs/ instead"
 	@echo "make student  write student copies of every lab into student/ (solutions stubbed)"
-	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade with nbval"
+	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade in sandboxes (README: Grading)"
 	@echo "make bench  allreduce-bench on 4 MPI ranks, 1 KiB to 64 MiB, against MPI_Allreduce and torch gloo"
 	@echo "make publish REMOTE=origin  build the book, push it to gh-pages and the student copies to 'student'"
 	@echo "make venv   only create .venv and install the package with all extras"
