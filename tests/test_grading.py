@@ -30,7 +30,8 @@ NAIVE = "labs/30_naive_allreduce.ipynb"
 LABS = sorted(p.name for p in (Path(__file__).parent.parent / "labs").glob("*.ipynb"))
 MARK = "allreduce-hostile-detached"  # in the command line of the process a submission leaves
 
-needs_sandbox = pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: {probe()}")
+_NO_SANDBOX = probe()  # None where bwrap can start a sandbox (as root, or with user namespaces)
+needs_sandbox = pytest.mark.skipif(_NO_SANDBOX is not None, reason=f"no sandbox here: {_NO_SANDBOX}")
 
 
 @pytest.fixture
