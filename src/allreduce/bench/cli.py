@@ -72,6 +72,10 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", default="16M", help="--sparse: dense length n (default 16M)")
     parser.add_argument("--densities", default="0.0001,0.001,0.01,0.1,0.5",
                         help="--sparse: comma-separated densities (default 0.01%% to 50%%)")
+    parser.add_argument("--supports", default="uniform",
+                        help="--sparse: comma-separated kinds of support: uniform, identical, "
+                             "disjoint, gradients (the course transformer's Top-k gradients; "
+                             "densities above 1%% regenerate them once, in minutes)")
     parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
     parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
@@ -146,6 +150,7 @@ def _sparse_main(parser, args) -> int:
 
     from ..sparse import SPARSE_ALGORITHMS
     from .sparse import format_sparse, sparse_table
+    from .sparse_inputs import SOURCES
 
     names = [*SPARSE_ALGORITHMS, "auto"] if args.algorithms in ("all", "ring,rabenseifner,auto") \
         else args.algorithms.split(",")
@@ -154,12 +159,18 @@ def _sparse_main(parser, args) -> int:
         parser.error(f"unknown sparse algorithm(s) {', '.join(unknown)}; known: "
                      f"{', '.join(SPARSE_ALGORITHMS)}, auto")
     densities = [float(d) for d in args.densities.split(",")]
+    supports = tuple(args.supports.split(","))
+    unknown = [s for s in supports if s not in SOURCES]
+    if unknown:
+        parser.error(f"unknown supports {', '.join(unknown)}; known: {', '.join(SOURCES)}")
     rows = sparse_table(MPI.COMM_WORLD, parse_size(args.count), densities, names,
-                        iterations=args.iters, warmup=args.warmup_iters,
+                        supports=supports, iterations=args.iters, warmup=args.warmup_iters,
                         torch_peer=not args.no_torch)
     if MPI.COMM_WORLD.rank == 0:
-        print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum, "
-              "uniform random supports; time = median over interleaved rounds, slowest rank")
+        print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum; "
+              "time = median over interleaved rounds, slowest rank; local = merging, "
+              "encoding, densifying; wire = time - local; model = auto's prediction from "
+              "the real supports")
         print(format_sparse(rows))
         if args.json:
             args.json.write_text(json.dumps([row.__dict__ for row in rows], indent=1))

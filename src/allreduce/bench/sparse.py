@@ -1,13 +1,16 @@
 """``allreduce-bench --sparse``: the sparse allreduce against the dense one, under
 ``mpiexec`` (chapter "Sparse allreduce").
 
-At each density, every rank holds ``k = density·n`` float32 pairs on a uniformly random
-support of its own.  The sparse algorithms (and ``auto``) are timed in interleaved rounds
-with two dense peers on the densified vector, the library's ``ring`` and the MPI library's
-``MPI_Allreduce`` (the vector already densified: the most favourable case for dense); torch
-gloo's sparse ``all_reduce`` on the same pairs is timed last, alone, since gloo's threads
-slow everything else.  Every result is compared with ``MPI_Allreduce``'s (#wrong), and the
-Top-k selection that would produce such pairs from a dense gradient is timed apart.
+For each kind of support (:mod:`.sparse_inputs`) and density, the sparse algorithms (and
+``auto``) are timed in interleaved rounds with two dense peers on the densified vector, the
+library's ``ring`` and the MPI library's ``MPI_Allreduce`` (the vector already densified:
+the most favourable case for dense); torch gloo's sparse ``all_reduce`` on the same pairs
+is timed last, alone, since gloo's threads slow everything else.  Every result is compared
+with ``MPI_Allreduce``'s (#wrong); the time each call spends in local work (merging,
+encoding, densifying: :func:`allreduce.sparse.vector.local_seconds`) is reported beside its
+time on the wire; each sparse row carries the model's prediction from the real supports
+(:func:`allreduce.sparse.auto.predict`); and the Top-k selection that would produce such
+pairs from a dense gradient is timed apart.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .sparse_inputs import inputs
 from .timing import PEER, _interleaved, _slowest
 
 DENSE_RING = "ring (densified)"
@@ -26,7 +30,7 @@ TOPK = "Top-k selection"
 
 @dataclass(frozen=True)
 class SparseRow:
-    """One algorithm (or peer) at one density."""
+    """One algorithm (or peer) at one density on one kind of support."""
 
     n: int
     density: float
@@ -37,32 +41,55 @@ class SparseRow:
     nnz_out: int  # pairs in the result
     wrong: int  # elements that differ from MPI_Allreduce's dense result
     vs_ring: float | None = None  # the dense ring's time / this row's
-
-
-def _inputs(rank: int, n: int, density: float):
-    rng = np.random.default_rng(1000 + rank)
-    k = min(n, int(round(density * n)))
-    indices = np.sort(rng.choice(n, size=k, replace=False))
-    return indices, rng.standard_normal(k).astype(np.float32)
+    supports: str = "uniform"
+    local: float | None = None  # seconds of local work per call (slowest rank)
+    predicted: float | None = None  # the model's seconds, from the real supports
+    chosen: str | None = None  # what auto ran
 
 
 def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
-                 iterations: int = 5, warmup: int = 1, torch_peer: bool = True
-                 ) -> list[SparseRow]:
+                 supports: tuple[str, ...] = ("uniform",), iterations: int = 5,
+                 warmup: int = 1, torch_peer: bool = True) -> list[SparseRow]:
     """The rows of ``--sparse`` on the mpi4py communicator ``comm`` (collective)."""
-    from ..api import allreduce
-    from ..sparse import sparse_allreduce
-    from ..sparse.compression import topk
-    from ..sparse.vector import densify
+    rows = []
+    for source in supports:
+        length = n
+        if source == "gradients":
+            from ..sparse.samples import PAIRS_DENSITY, Samples, full_gradients
+            from .sparse_inputs import gradient_length
 
-    rows, inputs, expected = [], {}, {}
+            length = gradient_length()
+            if max(densities) > PAIRS_DENSITY or comm.size > Samples().pair_shards:
+                if comm.rank == 0:  # regenerated (minutes) and cached once, then read
+                    full_gradients(comm.size, 0)
+                _idle_barrier(comm)
+        pairs = {d: inputs(source, comm.rank, comm.size, length, d) for d in densities}
+        rows += _source_rows(comm, length, densities, algorithms, source, pairs, iterations,
+                             warmup)
+        if torch_peer and source in ("uniform", "gradients"):
+            rows += _gloo_rows(comm, length, densities, source, pairs, iterations, warmup)
+    ring = {(row.supports, row.density): row.seconds for row in rows if row.name == DENSE_RING}
+    return [SparseRow(**{**row.__dict__,
+                         "vs_ring": ring[row.supports, row.density] / row.seconds})
+            for row in rows]
+
+
+def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warmup):
+    from mpi4py import MPI
+
+    from ..algorithms.auto import model as dense_model
+    from ..api import allreduce
+    from ..sparse import auto, sparse_allreduce
+    from ..sparse.compression import topk
+    from ..sparse.vector import densify, local_seconds
+
+    rows = []
     for density in densities:
-        indices, values = inputs[density] = _inputs(comm.rank, n, density)
-        dense = np.zeros(n, np.float32)
-        dense[indices] = values
-        expected[density] = reference = np.empty_like(dense)
+        indices, values = pairs[density]
+        dense = densify(indices, values, n)
+        reference = np.empty_like(dense)
         comm.Allreduce(dense, reference)
-        results = {}
+        results, local, calls = {}, {}, {}
 
         def call_of(name, dense=dense, indices=indices, values=values, results=results):
             if name == PEER:
@@ -71,8 +98,13 @@ def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
             if name == DENSE_RING:
                 out = np.empty_like(dense)
                 return lambda: results.__setitem__(name, allreduce(dense, comm, "ring", out=out))
-            return lambda: results.__setitem__(name, sparse_allreduce(
-                indices, values, n, comm, algorithm=name))
+
+            def run():
+                before = local_seconds()
+                results[name] = sparse_allreduce(indices, values, n, comm, algorithm=name)
+                local[name] = local.get(name, 0.0) + local_seconds() - before
+                calls[name] = calls.get(name, 0) + 1
+            return run
 
         names = [PEER, DENSE_RING, *algorithms]
         seconds = _interleaved({name: call_of(name) for name in names}, iterations, warmup,
@@ -82,27 +114,49 @@ def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
         start = time.perf_counter()
         topk(gradient, len(indices))
         selection = _slowest(comm, time.perf_counter() - start)
-        k = comm.allreduce(len(indices), op=_max())
+        counts = comm.allgather(len(indices))
+        everyone = comm.gather(indices, root=0)
         for name in names:
             out = results[name]
             got = out if isinstance(out, np.ndarray) else densify(*out, n)
             wrong = int(np.sum(~np.isclose(got, reference, rtol=1e-5, atol=1e-5 * comm.size)))
             nnz = int(np.count_nonzero(got)) if isinstance(out, np.ndarray) else len(out[0])
-            rows.append(SparseRow(n, density, name, seconds[name], comm.size, k, nnz,
-                                  comm.allreduce(wrong, op=_max())))
-        rows.append(SparseRow(n, density, TOPK, selection, comm.size, k, k, 0))
-    if torch_peer:
-        rows += _gloo_rows(comm, n, densities, inputs, expected, iterations, warmup)
-    ring = {row.density: row.seconds for row in rows if row.name == DENSE_RING}
-    return [SparseRow(**{**row.__dict__, "vs_ring": ring[row.density] / row.seconds})
-            for row in rows]
+            mine = local[name] / calls[name] if name in calls else None
+            spent = None if mine is None else comm.allreduce(mine, op=MPI.MAX)
+            chosen = predicted = None
+            if name not in (PEER, DENSE_RING) and comm.rank == 0:
+                model = dense_model()
+                chosen = auto.choose(n, counts, 4, model, _exact()) if name == "auto" else name
+                predicted = auto.predict(chosen, n, counts, 4, model, supports=everyone)
+            chosen, predicted = comm.bcast((chosen, predicted))
+            rows.append(SparseRow(n, density, name, seconds[name], comm.size, max(counts), nnz,
+                                  comm.allreduce(wrong, op=MPI.MAX), None, source, spent,
+                                  predicted, chosen if name == "auto" else None))
+        rows.append(SparseRow(n, density, TOPK, selection, comm.size, max(counts),
+                              max(counts), 0, None, source))
+    return rows
 
 
-def _gloo_rows(comm, n, densities, inputs, expected, iterations, warmup) -> list[SparseRow]:
+def _idle_barrier(comm) -> None:
+    """A barrier that sleeps while it waits: MPICH's blocking one polls a core at 100%."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.2)
+
+
+def _exact():
+    from ..sparse import SPARSE_ALGORITHMS
+
+    return SPARSE_ALGORITHMS
+
+
+def _gloo_rows(comm, n, densities, source, pairs, iterations, warmup) -> list[SparseRow]:
     """torch gloo's sparse all_reduce on the same pairs (an all-gather, then a sum)."""
     import torch
     import torch.distributed as dist
+    from mpi4py import MPI
 
+    from ..sparse.vector import densify
     from ..transports.torchdist import init_from_mpi
 
     torch.set_num_threads(1)
@@ -110,7 +164,9 @@ def _gloo_rows(comm, n, densities, inputs, expected, iterations, warmup) -> list
     rows = []
     try:
         for density in densities:
-            indices, values = inputs[density]
+            indices, values = pairs[density]
+            expected = np.empty(n, np.float32)
+            comm.Allreduce(densify(indices, values, n), expected)
             tensor = torch.sparse_coo_tensor(torch.from_numpy(indices)[None],
                                              torch.from_numpy(values), (n,),
                                              check_invariants=False)
@@ -124,32 +180,36 @@ def _gloo_rows(comm, n, densities, inputs, expected, iterations, warmup) -> list
             seconds = _interleaved({GLOO: call}, iterations, warmup, barrier=comm.Barrier,
                                    slowest=lambda t: _slowest(comm, t))[GLOO]
             got = result["out"].to_dense().numpy()
-            wrong = int(np.sum(~np.isclose(got, expected[density], rtol=1e-5,
-                                           atol=1e-5 * comm.size)))
+            wrong = int(np.sum(~np.isclose(got, expected, rtol=1e-5, atol=1e-5 * comm.size)))
             rows.append(SparseRow(n, density, GLOO, seconds, comm.size,
-                                  comm.allreduce(len(indices), op=_max()),
+                                  comm.allreduce(len(indices), op=MPI.MAX),
                                   int(result["out"].coalesce().indices().shape[1]),
-                                  comm.allreduce(wrong, op=_max())))
+                                  comm.allreduce(wrong, op=MPI.MAX), None, source))
     finally:
         dist.destroy_process_group()
     return rows
 
 
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
-
-
 def format_sparse(rows: list[SparseRow]) -> str:
-    """The rows as a table: size, density, pairs in and out, time, speed-up over the dense
-    ring on the densified vector, and #wrong."""
-    lines = [f"{'size':>10} {'count':>10} {'density':>8} {'algorithm':>26} {'nnz in':>9} "
-             f"{'nnz out':>9} {'time':>10} {'vs ring':>8} {'#wrong':>7}",
-             f"{'(B)':>10} {'(elements)':>10} {'':>8} {'':>26} {'(rank)':>9} {'':>9} "
-             f"{'(ms)':>10} {'(x)':>8} {'':>7}"]
+    """The rows as a table: supports, size, density, pairs in and out, time, local work
+    and wire, the model's prediction and its error, speed-up over the dense ring on the
+    densified vector, and #wrong."""
+    lines = [f"{'supports':>9} {'count':>9} {'density':>8} {'algorithm':>25} {'nnz in':>8} "
+             f"{'nnz out':>9} {'time':>9} {'local':>8} {'wire':>8} {'model':>8} "
+             f"{'error':>7} {'vs ring':>8} {'#wrong':>6}",
+             f"{'':>9} {'(elems)':>9} {'':>8} {'':>25} {'(rank)':>8} {'':>9} "
+             f"{'(ms)':>9} {'(ms)':>8} {'(ms)':>8} {'(ms)':>8} {'':>7} {'(x)':>8} {'':>6}"]
+
+    def ms(value):
+        return f"{value * 1e3:>8.2f}" if value is not None else f"{'':>8}"
+
     for row in rows:
-        lines.append(f"{row.n * 4:>10} {row.n:>10} {row.density:>8.4%} {row.name:>26} "
-                     f"{row.nnz_in:>9} {row.nnz_out:>9} {row.seconds * 1e3:>10.2f} "
-                     f"{row.vs_ring:>7.2f}x {row.wrong:>7}")
+        name = row.name + (f" ({row.chosen})" if row.chosen else "")
+        wire = row.seconds - row.local if row.local is not None else None
+        error = (f"{row.predicted / row.seconds - 1:>+7.0%}" if row.predicted is not None
+                 else f"{'':>7}")
+        lines.append(f"{row.supports:>9} {row.n:>9} {row.density:>8.2%} {name:>25} "
+                     f"{row.nnz_in:>8} {row.nnz_out:>9} {row.seconds * 1e3:>9.2f} "
+                     f"{ms(row.local)} {ms(wire)} {ms(row.predicted)} {error} "
+                     f"{row.vs_ring:>7.2f}x {row.wrong:>6}")
     return "\n".join(lines)

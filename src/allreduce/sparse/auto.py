@@ -25,7 +25,6 @@ import numpy as np
 from ..algorithms.auto import fastest
 from ..cost import Model, largest_power_of_two
 from . import cost
-from .vector import index_dtype
 
 #: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
 #: densified vector, and per pair of a result read back from a dense one (fitted; see above).
@@ -76,32 +75,6 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float], *
     raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
 
 
-def _estimated_wire(algorithm: str, n: int, counts: list[int], itemsize: int,
-                    model: Model, unions: list[float], dense_output: bool) -> float:
-    """The wire time with every rank's message of the expected size (no supports known)."""
-    p, k = len(counts), max(counts)
-    pair = index_dtype(n).itemsize + itemsize
-    whole, head = n * itemsize, cost.OVERHEAD_BYTES
-
-    def message(pairs: float, width: float) -> float:  # encode's switch to the dense form
-        return head + min(pairs * pair, width * (itemsize + 1 / 8))
-
-    if algorithm == "allgather":
-        return (p - 1) * (model.alpha + message(k, n) * model.beta)
-    chunk = n / p
-    gather = (p - 1) * (model.alpha + message(unions[p] / p, chunk) * model.beta)
-    if algorithm == "sparse_ring":
-        return gather + sum(model.alpha + message(unions[s] / p, chunk) * model.beta
-                            for s in range(1, p))
-    if algorithm == "sparse_direct":
-        return gather + (p - 1) * (model.alpha + message(k / p, chunk) * model.beta)
-    q = largest_power_of_two(p)
-    held = [unions[1 << j] for j in range(q.bit_length() - 1)]
-    if q != p:
-        held = [k, *held, unions[p]]
-    return sum(model.alpha + message(h, n) * model.beta for h in held)
-
-
 def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
             dense_output: bool = False, supports: list[np.ndarray] | None = None) -> float:
     """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r``: from the
@@ -126,7 +99,9 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
         steps = cost.schedule(algorithm, supports, n, itemsize)
         wire = cost.critical_path(steps, model.alpha, model.beta)
     else:
-        wire = _estimated_wire(algorithm, n, counts, itemsize, model, unions, dense_output)
+        expected = cost.expected_terms(algorithm, n, p, max(counts), itemsize,
+                                       lambda s: unions[s])
+        wire = expected.steps * model.alpha + expected.bytes * model.beta
     return model.overhead + wire + local
 
 

@@ -148,6 +148,37 @@ def terms(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
     return Terms(critical_path(steps, alpha=1), critical_path(steps, beta=1), 0)
 
 
+def expected_terms(algorithm: str, n: int, p: int, k: float, itemsize: int,
+                   unions) -> Terms:
+    """Steps and bytes when every rank's message in a step has the expected size: ``k``
+    pairs per rank, ``unions(s)`` the size of the union of ``s`` ranks' supports, chunks of
+    equal length holding ``1/p`` of each.  What ``auto`` predicts with (no supports known)
+    and what the chapter's simulation on thousands of ranks uses."""
+    if p == 1:
+        return Terms(0, 0, 0)
+    chunk = n / p
+
+    def message(pairs: float, width: float) -> float:  # encode's switch to the dense form
+        return OVERHEAD_BYTES + min(pairs * (index_dtype(int(n)).itemsize + itemsize),
+                                    width * itemsize + width / 8)
+
+    gather = [message(unions(p) / p, chunk)] * (p - 1)
+    if algorithm == "allgather":
+        sizes = [message(k, n)] * (p - 1)
+    elif algorithm == "sparse_ring":
+        sizes = [message(unions(s) / p, chunk) for s in range(1, p)] + gather
+    elif algorithm == "sparse_direct":
+        sizes = [message(k / p, chunk)] * (p - 1) + gather
+    elif algorithm == "sparse_recursive_doubling":
+        q = largest_power_of_two(p)
+        sizes = [message(unions(1 << j), n) for j in range(q.bit_length() - 1)]
+        if q != p:
+            sizes = [message(k, n), *sizes, message(unions(p), n)]
+    else:
+        raise ValueError(f"no expected terms for sparse algorithm {algorithm!r}")
+    return Terms(len(sizes), sum(sizes), 0)
+
+
 def step_bound(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
                boundaries: str = "length") -> Terms:
     """The upper bound in which each step waits for its largest message."""
