@@ -14,7 +14,8 @@ download button.  This module is a Sphinx extension (``_config.yml`` names it in
   download button's target); the copies of the labs are overwritten with the student copies;
 * ``html-page-context``: the launch buttons (Binder, JupyterHub) stay on the lab pages only,
   where they open the lab's student copy in JupyterLab (``repository.branch`` in
-  ``_config.yml`` is the branch that :func:`publish` fills with the student copies).
+  ``_config.yml`` is the branch that :func:`publish` fills with the student copies); and
+  each inline script appears once (see :func:`_inline_scripts_once`).
 
 **Publishing** (``make publish``), as jupyter-book's docs describe it: ``ghp-import`` puts
 ``_build/html`` onto the ``gh-pages`` branch (with ``.nojekyll``) and pushes it; and the
@@ -94,6 +95,29 @@ def _launch_on_labs_only(app, pagename, templatename, context, doctree) -> None:
         buttons[:] = [b for b in buttons if b.get("label") != "launch-buttons"]
 
 
+def _inline_scripts_once(app, pagename, templatename, context, doctree) -> None:
+    """Drop the second copy of an inline script from a page.
+
+    Under jupyter-book 1.0.4 and Sphinx 7.4, an inline script that an extension adds once
+    (``app.add_js_file(None, body=...)``: sphinx-thebe's ``const THEBE_JS_URL = ...``,
+    sphinx-togglebutton's selector) is written twice into every page, once as it was
+    registered and once from the builder's own list (the two copies differ only in a
+    filename of ``None`` against ``""``).  The second ``const`` declaration is a JavaScript
+    error in the reader's console ("Identifier 'THEBE_JS_URL' has already been declared"),
+    which the browser tests catch.  The page's list is replaced, not changed in place."""
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, kept = set(), []
+    for script in scripts:
+        attributes = getattr(script, "attributes", {})
+        key = (getattr(script, "filename", script) or "", tuple(sorted(attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(script)
+    context["script_files"] = kept
+
+
 def _student_sources(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -109,6 +133,7 @@ def _student_sources(app, exception) -> None:
 def setup(app):
     app.connect("source-read", _source_read)
     app.connect("html-page-context", _launch_on_labs_only, priority=502)  # after the theme's
+    app.connect("html-page-context", _inline_scripts_once, priority=900)  # after every other
     app.connect("build-finished", _student_sources)
     # a new env_version makes Sphinx read every page again, so no instructor lab survives in
     # a cached doctree from a build made before this extension

@@ -1,0 +1,350 @@
+"""The built book as a reader sees it: every page opened in headless Chromium, with the
+network blocked, over HTTP from 127.0.0.1 (and a few over file://).
+
+Each page: every formula typeset by MathJax (no raw ``\\(``, ``\\[`` or ``$$`` left in its
+text), no error in the console, no broken image, no request that left this machine, no local
+resource missing; and a full-page screenshot saved under ``_build/screenshots/`` (with an
+``index.html`` to flip through them in reading order).  Then: every internal link resolves
+(file and anchor), each trace animation plays and its controls work, and the search page
+finds "Rabenseifner" with nothing but the build.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import json
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
+
+import pytest
+import yaml
+from conftest import ROOT
+from selenium.common.exceptions import WebDriverException
+
+from .conftest import SCREENSHOTS, requests_that_left
+
+
+def toc_pages() -> list[str]:
+    """Every page of the book, in reading order: the table of contents, then the index
+    and search pages Sphinx adds."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return [*pages, "genindex", "search"]
+
+
+PAGES = toc_pages()
+
+# wait for the page, then for MathJax's first typesetting, when the page loads MathJax
+WAIT_FOR_MATH = """
+const done = arguments[arguments.length - 1];
+const settle = () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    MathJax.startup.promise.then(() => done('typeset'), (e) => done('error: ' + e));
+  } else { done('no mathjax'); }
+};
+if (document.readyState === 'complete') settle(); else window.addEventListener('load', settle);
+"""
+
+# what the page shows of its math: every element Sphinx marks as math holds MathJax's
+# output; MathJax reported no error; and no TeX delimiter is left in the text outside code
+MATH_REPORT = """
+const math = Array.from(document.querySelectorAll('.math'));
+const untypeset = math.filter(e => !e.querySelector('mjx-container'))
+                      .map(e => e.textContent.trim().slice(0, 80));
+const clone = document.body.cloneNode(true);
+clone.querySelectorAll('pre, code, script, style, textarea, .highlight, mjx-assistive-mml')
+     .forEach(e => e.remove());
+const text = clone.textContent;
+const raw = [];
+for (const delimiter of ['\\\\(', '\\\\)', '\\\\[', '\\\\]', '$$']) {
+  const at = text.indexOf(delimiter);
+  if (at >= 0) raw.push(text.slice(Math.max(0, at - 40), at + 60));
+}
+return {math: math.length, containers: document.querySelectorAll('mjx-container').length,
+        errors: document.querySelectorAll('mjx-merror').length, untypeset, raw};
+"""
+
+# every image loaded, lazily loaded ones included
+BROKEN_IMAGES = """
+const done = arguments[arguments.length - 1];
+const images = Array.from(document.images);
+Promise.all(images.map(img => {
+  img.loading = 'eager';
+  if (img.complete) return Promise.resolve();
+  return new Promise(resolve => { img.onload = img.onerror = resolve; });
+})).then(() => done({
+  count: images.length,
+  broken: images.filter(img => !(img.complete && img.naturalWidth > 0))
+                .map(img => (img.getAttribute('src') || '(no src)').slice(0, 100))}));
+"""
+
+
+def _events(performance_log: list[dict], method: str) -> list[dict]:
+    return [m["params"] for m in (json.loads(e["message"])["message"] for e in performance_log)
+            if m["method"] == method]
+
+
+def open_page(driver, url: str) -> str:
+    driver.get_log("browser")  # drop what earlier pages left
+    driver.get_log("performance")
+    driver.get(url)
+    return driver.execute_async_script(WAIT_FOR_MATH)
+
+
+def console_errors(driver) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def save_screenshot(driver, name: str) -> Path:
+    """The whole page, not only the window, as a PNG under _build/screenshots/."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    metrics = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
+    size = metrics["cssContentSize"]
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 30000),
+                 "scale": 1}})
+    path = SCREENSHOTS / f"{name.replace('/', '__')}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    _write_screenshot_index()
+    return path
+
+
+def _write_screenshot_index() -> None:
+    rows = []
+    for page in PAGES:
+        image = f"{page.replace('/', '__')}.png"
+        if (SCREENSHOTS / image).exists():
+            rows.append(f'<h2 id="{html.escape(page)}">{html.escape(page)}</h2>\n'
+                        f'<p><a href="{image}"><img src="{image}" width="640" '
+                        f'alt="screenshot of {html.escape(page)}"></a></p>')
+    (SCREENSHOTS / "index.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>The book in Chromium</title>\n"
+        "<h1>Every page of the book in headless Chromium (1280 px wide)</h1>\n"
+        + "\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_as_a_reader_sees_it(chromium, book_site, page):
+    root, html_folder = book_site
+    assert (html_folder / f"{page}.html").exists(), f"{page}.html was not built"
+    mathjax = open_page(chromium, urljoin(root, f"{page}.html"))
+    assert not mathjax.startswith("error"), mathjax
+    math = chromium.execute_script(MATH_REPORT)
+    images = chromium.execute_async_script(BROKEN_IMAGES)
+    errors = console_errors(chromium)
+    log = chromium.get_log("performance")
+    save_screenshot(chromium, page)
+
+    if math["math"]:
+        assert mathjax == "typeset", f"{page} has math but MathJax did not run: {mathjax}"
+    assert not math["untypeset"], f"{page}: math left as TeX: {math['untypeset'][:5]}"
+    assert math["containers"] >= math["math"], math
+    assert math["errors"] == 0, f"{page}: MathJax reported {math['errors']} TeX errors"
+    assert not math["raw"], f"{page}: raw TeX delimiters in the text: {math['raw']}"
+    assert not errors, f"{page}: console errors:\n" + "\n".join(errors)
+    assert not images["broken"], f"{page}: broken images: {images['broken']}"
+    assert not requests_that_left(log), f"{page} fetched from the network: {requests_that_left(log)}"
+    failed = [(p["response"]["url"], p["response"]["status"])
+              for p in _events(log, "Network.responseReceived") if p["response"]["status"] >= 400]
+    failed += [(p.get("requestId"), p["errorText"]) for p in _events(log, "Network.loadingFailed")
+               if p.get("errorText") != "net::ERR_ABORTED"]
+    assert not failed, f"{page}: resources that did not load: {failed}"
+
+
+def test_chapters_typeset_their_formulas(chromium, book_site):
+    """The math check is not vacuous: the ring and tree chapters hold many formulas."""
+    root, _ = book_site
+    counts = {}
+    for page in ["chapters/50_ring_allreduce", "chapters/40_tree_allreduce"]:
+        assert open_page(chromium, urljoin(root, f"{page}.html")) == "typeset"
+        counts[page] = chromium.execute_script(MATH_REPORT)["containers"]
+    assert all(n >= 20 for n in counts.values()), counts
+
+
+class _Anchors(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("id", "name"):
+            if attrs.get(key):
+                self.ids.add(attrs[key])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(html.unescape(attrs["href"]))
+
+
+def test_every_internal_link_resolves(book_site):
+    """Every link of every page that stays in the book reaches a file of the build, and its
+    #anchor an element of that page."""
+    _, folder = book_site
+    pages = {}
+    for path in folder.rglob("*.html"):
+        parser = _Anchors()
+        parser.feed(path.read_text(errors="replace"))
+        pages[path] = parser
+    broken, checked = [], 0
+    for path, parser in pages.items():
+        base = "file://" + str(path)
+        for link in parser.links:
+            url = urlparse(urljoin(base, link))
+            if url.scheme != "file" or link.startswith(("mailto:", "javascript:")):
+                continue
+            target = Path(unquote(url.path))
+            if target.is_dir():
+                target = target / "index.html"
+            checked += 1
+            if not target.resolve().is_relative_to(folder.resolve()) or not target.exists():
+                broken.append(f"{path.relative_to(folder)}: {link} (no such file)")
+            elif url.fragment and target.suffix == ".html" and target in pages and \
+                    unquote(url.fragment) not in pages[target].ids:
+                broken.append(f"{path.relative_to(folder)}: {link} (no such anchor)")
+    assert checked > 500, checked  # the check reached the toc, the pages and their anchors
+    assert not broken, f"{len(broken)} broken internal links:\n" + "\n".join(broken[:30])
+
+
+ANIMATION_STATE = """
+const box = arguments[0];
+const slider = box.querySelector('input.anim-slider');
+const img = box.querySelector('img');
+return {frame: parseInt(slider.value), last: parseInt(slider.max), src: img.src};
+"""
+
+
+def _press(driver, box, title: str) -> None:
+    box.find_element("css selector", f'button[title="{title}"]').click()
+
+
+def _wait_for(predicate, timeout: float = 10.0, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def animation_pages(folder: Path) -> list[str]:
+    return [page for page in PAGES if (folder / f"{page}.html").exists()
+            and 'class="animation"' in (folder / f"{page}.html").read_text()]
+
+
+def check_animation(driver, box, where: str) -> None:
+    """Play moves the frames (the frame counter, the picture's source and the picture on
+    screen all change), Pause holds them, and the first, next, last and previous frame
+    buttons and the slider go where they say."""
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
+
+    def state():
+        return driver.execute_script(ANIMATION_STATE, box)
+
+    def picture():
+        return box.find_element("css selector", "img").screenshot_as_png
+
+    start, before = state(), picture()
+    assert start["last"] >= 2, f"{where}: {start['last'] + 1} frames"
+    _press(driver, box, "Play")
+    moved = _wait_for(lambda: state()["frame"] != start["frame"] and state())
+    assert moved, f"{where}: Play did not move the frame"
+    assert moved["src"] != start["src"], f"{where}: the frame counter moved, not the picture"
+    assert _wait_for(lambda: picture() != before), f"{where}: the picture on screen did not change"
+    _press(driver, box, "Pause")
+    held = state()["frame"]
+    time.sleep(0.6)
+    assert state()["frame"] == held, f"{where}: Pause did not stop the animation"
+    _press(driver, box, "First frame")
+    first = state()
+    assert first["frame"] == 0, where
+    _press(driver, box, "Next frame")
+    assert state()["frame"] == 1 and state()["src"] != first["src"], where
+    _press(driver, box, "Last frame")
+    assert state()["frame"] == start["last"], where
+    _press(driver, box, "Previous frame")
+    assert state()["frame"] == start["last"] - 1, where
+    driver.execute_script("const s = arguments[0].querySelector('input.anim-slider');"
+                          "s.value = 1; s.dispatchEvent(new Event('input'));", box)
+    assert state()["frame"] == 1, f"{where}: the slider did not set the frame"
+
+
+def test_each_trace_animation_plays(chromium, book_site):
+    """Every animation in the book plays, and its controls work (check_animation)."""
+    root, folder = book_site
+    pages = animation_pages(folder)
+    assert pages, "no page of the book has an animation"
+    played = 0
+    for page in pages:
+        open_page(chromium, urljoin(root, f"{page}.html"))
+        boxes = chromium.find_elements("css selector", "div.animation")
+        assert boxes, page
+        for number, box in enumerate(boxes):
+            check_animation(chromium, box, f"{page}, animation {number + 1}")
+            played += 1
+        assert not console_errors(chromium), page
+    assert played >= len(pages)
+
+
+def _search(driver, url: str) -> list[str]:
+    open_page(driver, url)
+    found = _wait_for(lambda: driver.execute_script(
+        "const r = document.querySelectorAll('#search-results li a, ul.search li a');"
+        "const s = document.querySelector('#search-results p.search-summary, p.search-summary');"
+        "return (r.length || (s && /found/i.test(s.textContent))) ?"
+        "  Array.from(r).map(a => a.getAttribute('href')) : null;"), timeout=20)
+    return found or []
+
+
+def test_search_finds_rabenseifner_offline(chromium, book_site):
+    root, _ = book_site
+    hits = _search(chromium, urljoin(root, "search.html?q=Rabenseifner"))
+    assert any("40_tree_allreduce" in hit for hit in hits), hits
+    assert not console_errors(chromium)
+    assert not requests_that_left(chromium.get_log("performance"))
+
+
+def test_the_book_read_from_files(chromium, book_site):
+    """Opened from the disk (file://), as a reader who downloads the build would: the math
+    is typeset, the console is clean, and search still works."""
+    _, folder = book_site
+    page = (folder / "chapters" / "50_ring_allreduce.html").as_uri()
+    assert open_page(chromium, page) == "typeset"
+    math = chromium.execute_script(MATH_REPORT)
+    assert math["containers"] >= 20 and not math["untypeset"] and not math["raw"], math
+    assert not console_errors(chromium)
+    hits = _search(chromium, (folder / "search.html").as_uri() + "?q=Rabenseifner")
+    assert any("40_tree_allreduce" in hit for hit in hits), hits
+
+
+def test_the_network_is_blocked(chromium):
+    """The browser cannot reach another host (so the checks above prove the book needs none)."""
+    chromium.get_log("performance")
+    with contextlib.suppress(WebDriverException):  # an error page or an error: blocked
+        chromium.get("http://example.com/")
+    log = chromium.get_log("performance")
+    failures = [p["errorText"] for p in _events(log, "Network.loadingFailed")]
+    assert failures, "a request to example.com did not fail"
+    assert not [p for p in _events(log, "Network.responseReceived")
+                if "example.com" in p["response"]["url"] and p["response"]["status"] < 400]
+
+
+def test_selenium_manager_never_ran(chromium, selenium_manager_tripwire):
+    """Selenium was given the driver, so it never looked one up (nor downloaded one)."""
+    assert chromium.session_id
+    assert not selenium_manager_tripwire.exists(), selenium_manager_tripwire.read_text()
