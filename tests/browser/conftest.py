@@ -12,6 +12,7 @@ other binaries.
 from __future__ import annotations
 
 import functools
+import html
 import os
 import shutil
 import stat
@@ -22,8 +23,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import yaml
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "_build" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
 WINDOW = (1280, 900)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
 
@@ -40,6 +43,39 @@ CHROMIUM_FLAGS = [
 ]
 
 _skipped: list[str] = []
+
+
+def toc_pages() -> list[str]:
+    """Every page of the book, in reading order: the table of contents, then the index
+    and search pages Sphinx adds."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return [*pages, "genindex", "search"]
+
+
+def write_screenshot_index() -> None:
+    """_build/screenshots/index.html: the screenshots in reading order, then the others
+    (the lab in JupyterLab), for a person to flip through."""
+    order = [f"{page.replace('/', '__')}.png" for page in toc_pages()]
+    shots = sorted(SCREENSHOTS.glob("*.png"),
+                   key=lambda p: (order.index(p.name) if p.name in order else len(order), p.name))
+    rows = [f'<h2 id="{html.escape(p.stem)}">{html.escape(p.stem.replace("__", "/"))}</h2>\n'
+            f'<p><a href="{p.name}"><img src="{p.name}" width="640" '
+            f'alt="screenshot of {html.escape(p.stem)}"></a></p>' for p in shots]
+    (SCREENSHOTS / "index.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>The book in Chromium</title>\n"
+        "<h1>The book's pages, and a lab in JupyterLab, in headless Chromium</h1>\n"
+        + "\n".join(rows) + "\n")
 
 
 def find_browser() -> tuple[str, str] | str:

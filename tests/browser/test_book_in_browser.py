@@ -21,30 +21,9 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
-import yaml
-from conftest import ROOT
 from selenium.common.exceptions import WebDriverException
 
-from .conftest import SCREENSHOTS, requests_that_left
-
-
-def toc_pages() -> list[str]:
-    """Every page of the book, in reading order: the table of contents, then the index
-    and search pages Sphinx adds."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    pages = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections"))
-            walk(entry.get("chapters"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return [*pages, "genindex", "search"]
-
+from .conftest import SCREENSHOTS, requests_that_left, toc_pages, write_screenshot_index
 
 PAGES = toc_pages()
 
@@ -120,22 +99,8 @@ def save_screenshot(driver, name: str) -> Path:
                  "scale": 1}})
     path = SCREENSHOTS / f"{name.replace('/', '__')}.png"
     path.write_bytes(base64.b64decode(shot["data"]))
-    _write_screenshot_index()
+    write_screenshot_index()
     return path
-
-
-def _write_screenshot_index() -> None:
-    rows = []
-    for page in PAGES:
-        image = f"{page.replace('/', '__')}.png"
-        if (SCREENSHOTS / image).exists():
-            rows.append(f'<h2 id="{html.escape(page)}">{html.escape(page)}</h2>\n'
-                        f'<p><a href="{image}"><img src="{image}" width="640" '
-                        f'alt="screenshot of {html.escape(page)}"></a></p>')
-    (SCREENSHOTS / "index.html").write_text(
-        "<!doctype html><meta charset='utf-8'><title>The book in Chromium</title>\n"
-        "<h1>Every page of the book in headless Chromium (1280 px wide)</h1>\n"
-        + "\n".join(rows) + "\n")
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -21,7 +21,7 @@ from conftest import ROOT, child_env
 
 from allreduce import grading
 
-from .conftest import SCREENSHOTS, requests_that_left, start_chromium
+from .conftest import SCREENSHOTS, requests_that_left, start_chromium, write_screenshot_index
 
 LAB = "10_data_parallel"
 
@@ -168,6 +168,7 @@ def test_make_lab_runs_a_student_lab_in_jupyterlab(browser_paths, selenium_manag
                 driver.execute_script("arguments[0].scrollIntoView({block: 'center'})",
                                       cells[check_at])
             driver.save_screenshot(str(SCREENSHOTS / f"jupyterlab__{LAB}.png"))
+            write_screenshot_index()
             driver.quit()
         # the server stops its kernels, whose exit stops their engines (allreduce.lab)
         if server.poll() is None:
