@@ -29,6 +29,7 @@ that students may read and the keys stay with the instructors.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -182,6 +183,14 @@ def publish(html: Path, remote: str, *, repo: Path, labs: list[Path],
         _git("init", "-q", cwd=work)
         _git("remote", "add", "publish", remote, cwd=work)
         tree = student_tree(repo, labs, Path(tmp) / "student")
+        # the commits are the checkout's user's (the throwaway repository has no config)
+        env = dict(os.environ)
+        for key, variable, fallback in [("user.name", "GIT_COMMITTER_NAME", "make publish"),
+                                        ("user.email", "GIT_COMMITTER_EMAIL", "publish@localhost")]:
+            if variable not in env:
+                found = subprocess.run(["git", "config", key], cwd=repo, text=True,
+                                       capture_output=True, check=False).stdout.strip()
+                env[variable] = found or fallback
         for branch, folder, extra in [(pages_branch, html, ["--no-jekyll"]),
                                       (student_branch, tree, [])]:
             # start from the remote's branch when it exists, so the push adds a commit
@@ -190,7 +199,7 @@ def publish(html: Path, remote: str, *, repo: Path, labs: list[Path],
                 _git("fetch", "-q", "publish", f"{branch}:{branch}", cwd=work)
             subprocess.run([str(ghp_import), *extra, "--push", "--remote", "publish",
                             "--branch", branch, "--message", f"{message} ({branch})",
-                            str(folder)], cwd=work, check=True)
+                            str(folder)], cwd=work, check=True, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
