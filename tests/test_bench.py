@@ -92,26 +92,44 @@ def test_fit_model_recovers_times_made_by_a_model():
 
 
 def test_sparse_benchmark_under_mpiexec(venv_bin, tmp_path):
-    """allreduce-bench --sparse on 3 ranks: every sparse algorithm, the two dense peers on the
-    densified vector, gloo's sparse all_reduce and the Top-k selection at each density, with
-    no wrong element, the nonzeros of the output, and the speed-up over the dense ring."""
+    """allreduce-bench --sparse on 3 ranks, on uniform, identical and disjoint supports and
+    on the recorded gradients: every sparse algorithm, the two dense peers on the densified
+    vector, gloo's sparse all_reduce (uniform, gradients) and the Top-k selection at each
+    density, with no wrong element, the nonzeros of the output (the union of the supports:
+    k on identical supports, p·k on disjoint ones), the local work (less than the call), the
+    model's prediction (positive) and what auto ran, and the speed-up over the dense ring."""
     import json
 
     run = run_launcher([venv_bin / "mpiexec", "-n", "3", venv_bin / "python", "-m", "mpi4py",
                         "-m", "allreduce.bench", "--sparse", "--count", "64K",
-                        "--densities", "0.001,0.2", "-n", "2", "-w", "1",
-                        "--json", tmp_path / "s.json"], timeout=180)
+                        "--densities", "0.001,0.01", "-n", "2", "-w", "1",
+                        "--supports", "uniform,identical,disjoint,gradients",
+                        "--json", tmp_path / "s.json"], timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads((tmp_path / "s.json").read_text())
-    names = {row["name"] for row in rows}
-    assert names == {"MPI_Allreduce", "ring (densified)", "dense", "allgather", "sparse_ring",
-                     "sparse_recursive_doubling", "auto", "torch gloo sparse",
-                     "Top-k selection"}
+    from allreduce.sparse import SPARSE_ALGORITHMS
+    from allreduce.sparse.samples import Samples
+
+    for supports in ("uniform", "identical", "disjoint", "gradients"):
+        names = {row["name"] for row in rows if row["supports"] == supports}
+        peers = {"torch gloo sparse"} if supports in ("uniform", "gradients") else set()
+        assert names == {"MPI_Allreduce", "ring (densified)", *SPARSE_ALGORITHMS, "auto",
+                         "Top-k selection", *peers}, supports
     assert all(row["wrong"] == 0 and row["seconds"] > 0 for row in rows)
-    for density in (0.001, 0.2):  # every algorithm returns the union of the supports
-        out = {row["nnz_out"] for row in rows if row["density"] == density
-               and row["name"] not in ("Top-k selection", "MPI_Allreduce", "ring (densified)")}
-        assert len(out) == 1, out
+    sparse = [row for row in rows if row["name"] in (*SPARSE_ALGORITHMS, "auto")]
+    assert all(0 < row["local"] < row["seconds"] and row["predicted"] > 0 for row in sparse)
+    assert all(row["chosen"] in SPARSE_ALGORITHMS for row in sparse if row["name"] == "auto")
+    for (supports, density) in {(row["supports"], row["density"]) for row in rows}:
+        out = {row["nnz_out"] for row in sparse
+               if (row["supports"], row["density"]) == (supports, density)}
+        assert len(out) == 1, (supports, density, out)  # the union of the supports
+        k = max(row["nnz_in"] for row in sparse if row["supports"] == supports
+                and row["density"] == density)
+        if supports == "identical":
+            assert out == {k}
+        if supports == "disjoint":
+            assert out == {3 * k}
+    assert {row["n"] for row in rows if row["supports"] == "gradients"} == {Samples().n}
     ring = [row for row in rows if row["name"] == "ring (densified)"]
     assert all(row["vs_ring"] == 1.0 for row in ring)
-    assert "vs ring" in run.stdout and "sparse_ring" in run.stdout
+    assert "vs ring" in run.stdout and "sparse_ring" in run.stdout and "local" in run.stdout

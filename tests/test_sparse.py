@@ -384,3 +384,24 @@ def test_error_feedback_restores_what_the_reduction_dropped():
     assert indices.tolist() == [0, 3]
     feedback.restore(np.array([3]), np.array([4.0]))  # the reduction dropped index 3
     assert feedback.residual.tolist() == [0.0, -1.0, 0.5, 4.0, 0.0, 2.0]
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_the_taught_reduce_scatter_leaves_the_bits_of_the_fast_ring(p):
+    """sparse_ring.taught_reduce_scatter (the chapter's listing: the length, then the packet)
+    leaves on rank r the same bits as chunk r of the fast sparse_ring's result."""
+    from allreduce.algorithms._schedule import chunk_bounds
+    from allreduce.sparse.sparse_ring import taught_reduce_scatter
+
+    rng = np.random.default_rng(40 + p)
+    for n in (0, 5, 300):
+        for density in (0.0, 0.1, 0.9):
+            vectors = [(i, v.astype(np.float32) / 7) for i, v in clustered(rng, p, n, density)]
+            taught = run_threads(p, lambda c: taught_reduce_scatter(*vectors[c.rank], n, c))
+            fast = run_threads(p, lambda c: sparse_allreduce(*vectors[c.rank], n, c,
+                                                             algorithm="sparse_ring"))[0]
+            for rank, (indices, values) in enumerate(taught):
+                lo, hi = chunk_bounds(n, p, rank)
+                inside = (fast[0] >= lo) & (fast[0] < hi)
+                assert (indices == fast[0][inside]).all()
+                assert values.tobytes() == fast[1][inside].tobytes()

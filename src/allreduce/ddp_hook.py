@@ -9,8 +9,9 @@ What DDP does around a hook (torch 2.13, ``reducer.cpp``): it no longer divides 
 gradients by the number of ranks as it copies them into a bucket, so the hook averages, as
 torch's own ``allreduce_hook`` does; and it reduces everything in one bucket in the first
 iteration, then rebuilds its buckets (:mod:`allreduce.ddp_buckets`), so residuals kept per
-bucket start only after ``start_iteration`` (the reason for ``powerSGD_hook``'s
-``start_powerSGD_iter``); before that, and always with ``density=None``, the hook runs the
+bucket start only after ``start_iteration`` (one of the two reasons ``powerSGD_hook``
+gives for its ``start_powerSGD_iter``, which must be at least 2 with error feedback:
+``torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py``); before that, and always with ``density=None``, the hook runs the
 dense allreduce (on any backend).  Top-k works on CPU buckets (gloo): the sparse allreduce
 moves numpy arrays.
 """

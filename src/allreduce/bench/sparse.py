@@ -91,7 +91,8 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
         comm.Allreduce(dense, reference)
         results, local, calls = {}, {}, {}
 
-        def call_of(name, dense=dense, indices=indices, values=values, results=results):
+        def call_of(name, dense=dense, indices=indices, values=values, results=results,
+                    local=local, calls=calls):
             if name == PEER:
                 out = np.empty_like(dense)
                 return lambda: (comm.Allreduce(dense, out), results.__setitem__(name, out))

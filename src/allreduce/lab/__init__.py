@@ -24,9 +24,11 @@ from ..launch import ONE_THREAD_PER_RANK, mpiexec, rank_environment
 from .checks import CHECK_COUNTS, PHASES, check
 from .cluster import cluster, start, stop
 from .exercises import (LOCAL_CHECKS, check_busbw, check_choice, check_crossover,
-                        check_ddp_buckets, check_fit, check_overlap)
+                        check_ddp_buckets, check_error_feedback, check_fit, check_merge,
+                        check_overlap)
 from .patterns import PATTERNS
 
 __all__ = ["CHECK_COUNTS", "LOCAL_CHECKS", "ONE_THREAD_PER_RANK", "PATTERNS", "PHASES", "check",
-           "check_busbw", "check_choice", "check_crossover", "check_ddp_buckets", "check_fit",
-           "check_overlap", "cluster", "mpiexec", "rank_environment", "start", "stop"]
+           "check_busbw", "check_choice", "check_crossover", "check_ddp_buckets",
+           "check_error_feedback", "check_fit", "check_merge", "check_overlap", "cluster",
+           "mpiexec", "rank_environment", "start", "stop"]

@@ -28,7 +28,8 @@ from .patterns import DEFAULT_PATTERN, PATTERNS, Guard, compare
 # produce the sum without receiving the others' data.
 
 CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
-PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients")
+PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients",
+          "sparse_reduce_scatter")
 
 
 def _ranks(bits: int, size: int) -> str:
@@ -42,6 +43,14 @@ def _ranks(bits: int, size: int) -> str:
 def inputs(phase: str, n: int, size: int, rng: np.random.Generator):
     """Every rank's data for one case, and what the result must be: ``(given, expected)``,
     ``given[rank]`` a dict of named arrays."""
+    if phase == "sparse_reduce_scatter":  # the supports fix the pattern; the values are secret
+        supports = sparse_supports(n, size)
+        values = [rng.integers(1, 1 << 20, len(s)).astype(np.int64) for s in supports]
+        expected = np.zeros(n, np.int64)
+        for indices, mine in zip(supports, values):
+            expected[indices] += mine
+        return [{"indices": i, "values": v, "n": np.array([n])}
+                for i, v in zip(supports, values)], expected
     if phase == "average_gradients":
         shapes = [(n,), (2, n), (n, 3, 1)]
         grads = [[rng.integers(-8, 9, shape).astype(np.float64) for shape in shapes]
@@ -69,6 +78,14 @@ def run(phase: str, function, comm, given: dict) -> dict:
     if phase == "average_gradients":
         grads = [given[f"g{i}"].copy() for i in range(len(given))]
         return {"result": function(grads, comm)}
+    if phase == "sparse_reduce_scatter":
+        result = function(given["indices"].copy(), given["values"].copy(), int(given["n"][0]),
+                          comm)
+        try:
+            indices, values = result
+            return {"indices": np.asarray(indices), "values": np.asarray(values)}
+        except (TypeError, ValueError):
+            return {"returned": repr(result)[:80]}
     buf = given["buf"].copy()
     if phase == "reduce_scatter":
         return {"buf": buf, "returned": function(buf, comm, OPS["sum"])}
@@ -121,6 +138,8 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
                 return (f"{name} is wrong for n = {n} on rank {rank}: gradient {index}, element "
                         f"{where}: expected the mean {want[where]}, got {mine[where]}")
         return None
+    if phase == "sparse_reduce_scatter":
+        return _sparse_chunk_wrong(name, n, rank, size, got, expected)
     buf = got.get("buf")
     if phase == "reduce_scatter":
         returned, bounds = got.get("returned"), chunk_bounds(n, size, rank)
@@ -135,6 +154,45 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
     if phase == "reduce_to_root" and rank:
         return None  # only the root's result is defined
     return _all_chunks_wrong(name, n, rank, size, buf, expected)
+
+
+def sparse_supports(n: int, size: int) -> list[np.ndarray]:
+    """Every rank's indices for the sparse checks: a fixed draw (so that the library's own
+    trace, the pattern, has the same messages) that overlaps and clusters in the low
+    indices, as Top-k gradients do; about a third of n on each rank, none on rank 1."""
+    rng = np.random.default_rng([n, size])
+    weights = np.exp(-np.arange(n) / max(n / 4, 1))
+    supports = []
+    for rank in range(size):
+        k = 0 if rank == 1 else min(n, max(1, n // 3))
+        chosen = rng.choice(n, size=k, replace=False, p=weights / weights.sum()) if n else []
+        supports.append(np.sort(np.asarray(chosen, np.int64)))
+    return supports
+
+
+def _sparse_chunk_wrong(name, n, rank, size, got, expected) -> str | None:
+    lo, hi = chunk_bounds(n, size, rank)
+    if "indices" not in got:
+        return (f"{name} returned {got.get('returned')} on rank {rank} for n = {n}; it should "
+                f"return the pair (indices, values) of chunk {rank}, elements {lo}..{hi - 1}")
+    indices, values = got["indices"], got["values"]
+    want = np.flatnonzero(expected[lo:hi]) + lo  # every value is positive: no sum is zero
+    if indices.shape != want.shape or not np.array_equal(indices, want):
+        return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank} returned indices "
+                f"{_short(indices)} for chunk {rank} (elements {lo}..{hi - 1}); the union of "
+                f"the ranks' supports there is {_short(want)}")
+    bad = np.flatnonzero(values != expected[want]) if values.shape == want.shape else [0]
+    if len(bad):
+        i = int(bad[0])
+        shown = values[i] if values.shape == want.shape else f"{len(values)} values"
+        return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, index {want[i]}: "
+                f"expected the sum {expected[want[i]]}, got {shown}")
+    return None
+
+
+def _short(array) -> str:
+    items = [int(v) for v in np.asarray(array).ravel()[:6]]
+    return str(items)[:-1] + (", ...]" if np.size(array) > 6 else "]")
 
 
 # -- the checking communicator ------------------------------------------------------------------

@@ -64,6 +64,11 @@ PATTERNS: dict[str, Pattern] = {
     "recursive_doubling": Pattern(
         "recursive doubling",
         "exchange the whole buffer with partner rank ^ mask at each of log2(p) steps"),
+    "sparse_ring_reduce_scatter": Pattern(
+        "the sparse ring's reduce-scatter",
+        "pass each chunk's partial sum around the ring: p - 1 steps, each one comm.sendrecv "
+        "of the packet's length, then one of the packet (encode's bytes), to the right "
+        "neighbour and from the left one"),
     "one_allreduce": Pattern(
         "one allreduce",
         "concatenate the gradients and call allreduce.allreduce once on the whole buffer"),
@@ -71,7 +76,8 @@ PATTERNS: dict[str, Pattern] = {
 
 #: The pattern each value check has unless the check cell names one.
 DEFAULT_PATTERN = {"reduce_scatter": "ring_reduce_scatter", "allgather": "ring_allgather",
-                   "reduce_to_root": "binomial_reduce", "average_gradients": "one_allreduce"}
+                   "reduce_to_root": "binomial_reduce", "average_gradients": "one_allreduce",
+                   "sparse_reduce_scatter": "sparse_ring_reduce_scatter"}
 
 
 def _reference_function(pattern: str):
@@ -98,6 +104,19 @@ def reference(pattern: str, n: int, size: int):
     from ..trace import Trace, TracingCommunicator
     from ..transports.threads import run_threads
 
+    if pattern.startswith("sparse"):  # the messages depend on the supports: the check's own
+        from ..sparse.sparse_ring import taught_reduce_scatter
+        from .checks import sparse_supports
+
+        supports = sparse_supports(n, size)
+
+        def body(comm):
+            tracer = TracingCommunicator(comm)
+            mine = supports[comm.rank]
+            taught_reduce_scatter(mine, np.ones(len(mine), np.int64), n, tracer)
+            return tracer.events
+
+        return Trace(run_threads(size, body, timeout=30), itemsize=1)
     function = _reference_function(pattern)
 
     def body(comm):
@@ -153,7 +172,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 #: the library's files a student's function may call directly: the helpers the labs give out
 _ALLOWED = {_PACKAGE / "algorithms" / "_schedule.py", _PACKAGE / "ops.py",
             _PACKAGE / "arrays.py", _PACKAGE / "comm.py", _PACKAGE / "cost.py",
-            _PACKAGE / "ddp_buckets.py"}
+            _PACKAGE / "ddp_buckets.py", _PACKAGE / "sparse" / "vector.py"}
 _FORBIDDEN_DIRS = (_PACKAGE / "algorithms", _PACKAGE / "transports", _PACKAGE / "sparse")
 _FORBIDDEN_FILES = {_PACKAGE / "api.py", _PACKAGE / "validation.py", _PACKAGE / "training.py",
                     _PACKAGE / "ddp_hook.py"}

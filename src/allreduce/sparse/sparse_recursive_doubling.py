@@ -1,5 +1,6 @@
 """``sparse_recursive_doubling``: recursive doubling on whole sparse vectors, SparCML's
-latency-optimal variant (Renggli et al., SC 2019; chapter "Sparse allreduce").  In round
+algorithm for small data, "SSAR_Recursive_double" (Renggli et al., SC 2019; chapter
+"Sparse allreduce").  In round
 ``j`` partners whose ranks differ in bit ``j`` swap everything they hold and merge it, lower
 rank's first, so both hold the same bits; a number of ranks that is not a power of two is
 folded first, as the dense algorithm does

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms._schedule import left, right
+from ..algorithms._schedule import chunk_bounds, left, right
 from ..comm import Communicator
 from ..cost import Terms
 from .chunks import chunk_ranges
@@ -41,6 +41,27 @@ def sparse_ring(indices, values, n: int, comm: Communicator, *, boundaries: str 
     ring_allgather(comm, chunks, bounds, dtype)
     # the chunks cover disjoint ranges, in order: putting them side by side is the sum
     return (np.concatenate([i for i, _ in chunks]), np.concatenate([v for _, v in chunks]))
+
+
+def taught_reduce_scatter(indices, values, n: int, comm: Communicator):
+    """The sparse ring's reduce-scatter as the chapter teaches it: chunks of equal length,
+    and in each step the packet's length, then the packet, with plain ``sendrecv``s (the
+    receiver must know a message's length).  Returns this rank's finished chunk ``r``.
+    :func:`sparse_ring` sends each packet alone (``sendrecv_any``); a test checks that both
+    give the same bits."""
+    p, rank, dtype = comm.size, comm.rank, values.dtype
+    bounds = [chunk_bounds(n, p, c) for c in range(p)]
+    chunks = [(indices[s], values[s]) for s in split_at(indices, bounds)]
+    for step in range(p - 1):
+        send, receive = (rank - step - 1) % p, (rank - step - 2) % p
+        packet = encode(*chunks[send], *bounds[send])
+        length = np.array([len(packet)], np.int64)
+        incoming_length = np.empty(1, np.int64)
+        comm.sendrecv(length, right(comm), incoming_length, left(comm))
+        incoming = np.empty(int(incoming_length[0]), np.uint8)
+        comm.sendrecv(packet, right(comm), incoming, left(comm))
+        chunks[receive] = merge([chunks[receive], decode(incoming, dtype)], dtype)
+    return chunks[rank]
 
 
 def terms(p: int, k: int, pair_bytes: int, supports: str) -> Terms:

@@ -23,8 +23,6 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 RECORD = Path(__file__).resolve().parents[3] / "chapters" / "data" / "topk_training.json"
 
 #: (name, density, error feedback); density None is the dense allreduce.
