@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from html import escape
 
 import numpy as np
 
 from .. import cost
 from ..algorithms._schedule import chunk_bounds
 from ..trace import Trace, record
+from .style import use_book_style  # noqa: F401  (the pages call viz.use_book_style())
+
 
 
 def contribution_input(rank: int, count: int) -> np.ndarray:
@@ -105,73 +108,150 @@ def step_table(states: np.ndarray, chunks: int,
     return markdown_table(["step", "rank", *(f"chunk {c}" for c in range(chunks))], rows)
 
 
-def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), changed=None) -> None:
-    """One panel: ranks as rows, elements as columns, coloured by how many ranks' data each
-    element holds; arrows for the messages of step ``t``."""
+def compact_label(bits: int, size: int) -> str:
+    """The ranks in ``bits`` as a figure labels them: ``"all"`` when all ``size`` are there,
+    runs of three or more as ``"0–3"``, the rest joined by ``+`` (``"0+2+3"``, ``"0–3+6"``)."""
+    if bits == (1 << size) - 1:
+        return "all"
+    ranks, parts, at = contributors(bits), [], 0
+    while at < len(ranks):
+        end = at
+        while end + 1 < len(ranks) and ranks[end + 1] == ranks[end] + 1:
+            end += 1
+        if end - at >= 2:
+            parts.append(f"{ranks[at]}\u2013{ranks[end]}")
+        else:
+            parts += [str(r) for r in ranks[at:end + 1]]
+        at = end + 1
+    return "+".join(parts)
+
+
+#: A rank's colour in the trace figures: Okabe & Ito's, which colour-blind readers tell apart.
+def rank_colour(rank: int) -> str:
+    from .messages import OKABE_ITO
+
+    return OKABE_ITO[rank % len(OKABE_ITO)]
+
+
+_ROW_IN = 0.3        # the height of one rank's row in a step figure
+_CHAR_IN = 0.075     # the width of one character of the figures' 9 pt labels, about
+_CHANGED = "#000000"  # the outline of a chunk that changed in a step
+
+
+def _column_in(states: np.ndarray, chunks: int) -> float:
+    """The width of one chunk's column, from the longest label any step puts in it."""
+    _, size, count = states.shape
+    longest = 3
+    for chunk in range(chunks):
+        lo, hi = chunk_bounds(count, chunks, chunk)
+        if hi > lo:
+            for bits in np.unique(states[:, :, lo:hi]):
+                longest = max(longest, len(compact_label(int(bits), size)))
+    return max(0.45, longest * _CHAR_IN + 0.16)
+
+
+def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), changed=None,
+                rank_labels: bool = True) -> None:
+    """One panel: one row per rank, one column per element, coloured by how many ranks'
+    data each element holds and labelled with those ranks; the chunks that changed in step
+    ``t`` outlined; its messages drawn as arrows in the sender's colour."""
+    from matplotlib import patheffects
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
+    from .style import SMALLEST_PT
+
     _, size, count = states.shape
-    held = np.vectorize(lambda bits: int(bits).bit_count())(states[t])
-    ax.imshow(held, cmap="Blues", vmin=0, vmax=size * 1.15, aspect="auto",
-              extent=(0, count, size, 0), interpolation="nearest")
+    held = np.vectorize(lambda bits: int(bits).bit_count())(states[t]).astype(float)
+    ax.pcolormesh(np.arange(count + 1), np.arange(size + 1), held, cmap="Blues",
+                  vmin=0, vmax=size * 1.15, edgecolors="none")
+    outline = [patheffects.withStroke(linewidth=3, foreground="white")]
     for chunk in range(chunks):
         lo, hi = chunk_bounds(count, chunks, chunk)
         ax.axvline(lo, color="white", lw=2)
         for rank in range(size):
             bits = states[t, rank, lo:hi]
             if hi > lo and (bits == bits[0]).all():
-                full = bits[0] == (1 << size) - 1
-                text = "all" if full else "+".join(map(str, contributors(bits[0])))
-                ax.text((lo + hi) / 2, rank + 0.5, text, ha="center", va="center", fontsize=8,
+                ax.text((lo + hi) / 2, rank + 0.5, compact_label(int(bits[0]), size),
+                        ha="center", va="center", fontsize=SMALLEST_PT,
                         color="white" if held[rank, lo] > size / 2 else "black")
             if changed is not None and hi > lo and changed[rank, lo:hi].any():
-                ax.add_patch(Rectangle((lo, rank), hi - lo, 1, fill=False, lw=2.5, ec="#d62728"))
+                ax.add_patch(Rectangle((lo + 0.03, rank + 0.04), hi - lo - 0.06, 0.92,
+                                       fill=False, lw=2, ec=_CHANGED))
     for _, source, dest, offset, n in messages:
         if offset is None:
             continue
-        x = offset + n / 2
-        ax.add_patch(FancyArrowPatch((x, source + 0.5), (x, dest + 0.5), color="#d62728",
-                                     arrowstyle="-|>", mutation_scale=12, lw=1.5,
-                                     connectionstyle="arc3,rad=0.35", alpha=0.8))
-    ax.set_yticks([r + 0.5 for r in range(size)], [f"rank {r}" for r in range(size)])
+        x = offset + n * 0.22  # left of the centred label, which it would hide
+        arrow = FancyArrowPatch((x, source + 0.5), (x, dest + 0.5), color=rank_colour(source),
+                                arrowstyle="-|>", mutation_scale=12, lw=1.8,
+                                connectionstyle="arc3,rad=0.35")
+        arrow.set_path_effects(outline)
+        ax.add_patch(arrow)
+    if rank_labels:
+        ax.set_yticks([r + 0.5 for r in range(size)], [f"rank {r}" for r in range(size)])
+        for rank, label in enumerate(ax.get_yticklabels()):
+            label.set_color(rank_colour(rank) if rank_colour(rank) != "#F0E442" else "black")
+    else:
+        ax.set_yticks([])
     ax.set_xticks([])
     ax.set_xlim(0, count)
     ax.set_ylim(size, 0)
 
 
 def step_figure(trace: Trace, states: np.ndarray, chunks: int,
-                step_names: Sequence[str] | None = None, columns: int = 4):
+                step_names: Sequence[str] | None = None, columns: int | None = None,
+                width: float | None = None):
     """Every chunk on every rank after every step, one panel per step.  Chunks that changed
     in a step are outlined, and the messages of that step are drawn as arrows from sender
-    to receiver.  Returns the matplotlib figure."""
+    to receiver, in the sender's colour.  Returns the matplotlib figure.
+
+    The figure scales with the number of ranks: each panel has one row per rank
+    (0.3 in each) and one column per chunk, wide enough for its longest label at 9 pt; the
+    panels wrap into as many ``columns`` as fit ``width`` inches (the page's,
+    :data:`allreduce.viz.style.PAGE_WIDTH_IN`), so that its text stays legible where the
+    page shows it, whatever the number of ranks."""
     import matplotlib.pyplot as plt
 
-    steps = states.shape[0]
+    from .style import PAGE_WIDTH_IN
+
+    width = width or PAGE_WIDTH_IN
+    steps, size, _ = states.shape
+    titles = [step_names[t] if step_names else f"after step {t}" for t in range(steps)]
+    # wide enough for every chunk's longest label, and for the longest title (10 pt)
+    panel = max(chunks * _column_in(states, chunks), max(map(len, titles)) * 0.085)
+    label_in = 0.6  # "rank 0" beside the first panel of each row
+    if columns is None:
+        columns = max(1, min(steps, int((width - label_in - 0.1) // (panel + 0.15))))
     rows = -(-steps // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 1.9 * rows), squeeze=False,
-                             constrained_layout=True)
+    fig_width = min(width, label_in + columns * (panel + 0.15))
+    fig, axes = plt.subplots(rows, columns, figsize=(fig_width, rows * (size * _ROW_IN + 0.45)),
+                             squeeze=False, constrained_layout=True)
     messages = trace.messages()
     for t, ax in enumerate(axes.flat):
         if t >= steps:
             ax.axis("off")
             continue
         changed = states[t] != states[t - 1] if t else None
-        _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed)
-        ax.set_title(step_names[t] if step_names else f"after step {t}", fontsize=9)
-        if t % columns:
-            ax.set_yticks([])
+        _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed,
+                    rank_labels=t % columns == 0)
+        ax.set_title(titles[t], fontsize=10)
     return fig
 
 
 def animate(trace: Trace, states: np.ndarray, chunks: int,
             step_names: Sequence[str] | None = None, interval_ms: int = 1200):
     """The same pictures as :func:`step_figure`, one frame per step, as a matplotlib
-    animation; ``animation.to_jshtml()`` plays it in a static web page."""
+    animation; :func:`animation_html` plays it in a static web page.  The frame is as wide
+    as its chunks need (at most the page's width) and one row per rank high."""
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
+    from .style import PAGE_WIDTH_IN
+
     messages = trace.messages()
-    fig, ax = plt.subplots(figsize=(6.5, 0.45 * states.shape[1] + 1.0), constrained_layout=True)
+    size = states.shape[1]
+    frame_width = min(PAGE_WIDTH_IN, max(5.5, 0.8 + chunks * _column_in(states, chunks) * 1.6))
+    fig, ax = plt.subplots(figsize=(frame_width, size * _ROW_IN * 1.25 + 0.7),
+                           constrained_layout=True)
 
     def frame(t: int):
         ax.clear()
@@ -180,6 +260,10 @@ def animate(trace: Trace, states: np.ndarray, chunks: int,
         ax.set_title(step_names[t] if step_names else f"after step {t}")
 
     animation = FuncAnimation(fig, frame, frames=states.shape[0], interval=interval_ms)
+    animation.alt_text = (
+        f"An animation of {states.shape[0]} frames on {size} ranks, one per step: each rank's "
+        f"row of {chunks} chunk{'s' if chunks > 1 else ''}, labelled with the ranks whose data "
+        "it holds, with the step's messages as arrows from sender to receiver")
     plt.close(fig)  # the animation, not a still, is what the page shows
     return animation
 
@@ -193,12 +277,23 @@ _CONTROL_SYMBOLS = {"fa fa-minus": "\u2212", "fa fa-fast-backward": "\u23ee",
                     "fa fa-plus": "+"}
 
 
-def animation_html(animation) -> str:
+def animation_html(animation, alt: str | None = None) -> str:
     """``animation.to_jshtml()`` with nothing loaded from the network: the controls'
     Font Awesome stylesheet (a CDN link in matplotlib's template) is dropped and each icon
-    replaced by a Unicode symbol; the buttons keep their titles and labels."""
+    replaced by a Unicode symbol; the buttons keep their titles and labels.  The frame's
+    image gets ``alt`` as its text for a reader who cannot see it (by default the
+    animation's ``alt_text``, which :func:`animate` sets, or a sentence saying it is an
+    animation of so many frames)."""
     html = re.sub(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "",
                   animation.to_jshtml())
+    if alt is None:
+        frames = getattr(animation, "_save_count", None) or len(re.findall(
+            r"frames\[\d+\]\s*=", html))
+        alt = getattr(animation, "alt_text", None) or f"An animation of {frames} frames"
+    html, found = re.subn(r'<img id="(_anim_img[0-9a-f]+)"',
+                          lambda m: f'<img id="{m.group(1)}" alt="{escape(alt)}"', html, count=1)
+    if not found:
+        raise RuntimeError("matplotlib's animation template changed: no frame image found")
     for icon, symbol in _CONTROL_SYMBOLS.items():
         html = html.replace(f'<i class="{icon}"></i>', f"<span aria-hidden=\"true\">{symbol}</span>")
     if "font-awesome" in html or 'class="fa ' in html:
