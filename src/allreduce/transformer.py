@@ -22,11 +22,21 @@ from torch.nn import functional as F
 
 
 @dataclass(frozen=True)
-class Config:
+class Shape:
+    """The model's size, as the scripts that record its gradients carry it in their
+    settings (:mod:`allreduce.sparse.samples`, :mod:`allreduce.sparse.topk_training`)."""
+
     width: int = 256
     heads: int = 4
     blocks: int = 5
     context: int = 64
+
+    def config(self) -> Config:
+        return Config(self.width, self.heads, self.blocks, self.context)
+
+
+@dataclass(frozen=True)
+class Config(Shape):
     vocabulary: int = 256
 
 
@@ -72,6 +82,15 @@ class TinyGPT(nn.Module):
         """Mean cross-entropy of predicting each next byte."""
         logits = self(tokens[:, :-1])
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def seeded_model(shape: Shape, seed: int) -> TinyGPT:
+    """A freshly initialised model, made the same on every run of one machine: one thread,
+    deterministic algorithms, the seed."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed)
+    return TinyGPT(shape.config())
 
 
 def text() -> bytes:

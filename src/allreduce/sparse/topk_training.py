@@ -23,6 +23,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..transformer import Shape
+
 RECORD = Path(__file__).resolve().parents[3] / "chapters" / "data" / "topk_training.json"
 
 #: (name, density, error feedback); density None is the dense allreduce.
@@ -32,11 +34,7 @@ RUNS = (("dense", None, False), ("top-1% + error feedback", 0.01, True),
 
 
 @dataclass(frozen=True)
-class Settings:
-    width: int = 256
-    heads: int = 4
-    blocks: int = 5
-    context: int = 64
+class Settings(Shape):
     steps: int = 300
     ranks: int = 4
     sequences_per_rank: int = 8
@@ -60,11 +58,7 @@ def train(settings: Settings, density: float | None, feedback: bool) -> dict:
     from . import sparse_allreduce
     from .compression import ErrorFeedback, topk
 
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    torch.manual_seed(settings.seed)
-    config = tf.Config(settings.width, settings.heads, settings.blocks, settings.context)
-    model = tf.TinyGPT(config)
+    model = tf.seeded_model(settings, settings.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
     train_bytes, held_out = tf.split(tf.text())
     evaluation = tf.batch(held_out, 0, settings.evaluate_sequences, settings.context,

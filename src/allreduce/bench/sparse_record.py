@@ -1,0 +1,141 @@
+"""The sparse benchmark's record read back: the issue's targets, each computed as met or
+missed, and the tables the README and the chapter "Sparse allreduce" show
+(``python -m allreduce.bench.sparse_record chapters/data/sparse_bench_reference.json``
+prints them as Markdown)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .sparse import GLOO, SparseRow
+
+
+def load(path: Path | str) -> list[SparseRow]:
+    return [SparseRow(**row) for row in json.loads(Path(path).read_text())]
+
+
+def _pick(rows, supports: str, density: float, name: str) -> SparseRow:
+    return next(row for row in rows
+                if (row.supports, row.density, row.name) == (supports, density, name))
+
+
+def _share(x: float) -> str:
+    return f"{x:.2%}" if x < 0.01 else f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
+
+
+def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
+    """The targets of the sparse allreduce, from one run's rows: ``(what, met)``."""
+    from ..sparse import SPARSE_ALGORITHMS
+
+    found = []
+    have = {(row.supports, row.density) for row in rows}
+    for source in ("gradients", "uniform"):
+        for density, factor in ((0.001, 5), (0.01, 2)):
+            if (source, density) in have:
+                got = _pick(rows, source, density, "auto").vs_ring
+                found.append((f"{source}: `auto` at least {factor}x the dense ring at "
+                              f"{_share(density)} ({got:.1f}x)", got >= factor))
+    for source in ("gradients", "identical"):
+        densities = [d for d in (0.001, 0.01) if (source, d) in have]
+        if densities:
+            worst = min(_pick(rows, source, d, "allgather").seconds
+                        / _pick(rows, source, d, "sparse_ring").seconds for d in densities)
+            found.append((f"{source}: `sparse_ring` beats `allgather` at "
+                          f"{' and '.join(map(_share, densities))} (by {worst:.2f}x at worst)",
+                          worst > 1))
+    disjoint = sorted(d for s, d in have if s == "disjoint")
+    if disjoint:
+        ratio = (_pick(rows, "disjoint", disjoint[0], "sparse_ring").seconds
+                 / _pick(rows, "disjoint", disjoint[0], "allgather").seconds)
+        found.append((f"disjoint: `allgather` beats `sparse_ring` at {_share(disjoint[0])} "
+                      f"({ratio:.2f}x)", ratio > 1))
+    autos = [row for row in rows if row.name == "auto"]
+    worst = max(row.seconds / _pick(rows, row.supports, row.density, "dense").seconds
+                for row in autos)
+    found.append((f"`auto` never slower than 1.1x `dense` (worst {worst:.2f}x)", worst <= 1.1))
+    gloo = [row for row in rows if row.name == GLOO]
+    if gloo:
+        worst = min(row.seconds / _pick(rows, row.supports, row.density, "auto").seconds
+                    for row in gloo)
+        found.append((f"`auto` at least 2x torch gloo's sparse `all_reduce` at every density "
+                      f"({worst:.1f}x at worst)", worst >= 2))
+    exact = [row for row in rows if row.name in SPARSE_ALGORITHMS and row.n >= 1 << 20]
+    errors = [row.predicted / row.seconds - 1 for row in exact]
+    within = sum(abs(error) <= 0.3 for error in errors)
+    found.append((f"the model within 30% for every sparse algorithm at n of 1 M and more "
+                  f"({within} of {len(errors)} rows; worst {max(errors, key=abs):+.0%})",
+                  within == len(errors)))
+    return found
+
+
+def fit_local(rows: list[SparseRow]) -> dict[str, float]:
+    """The constants of :data:`allreduce.sparse.auto.LOCAL` that best predict the local time
+    the rows measured (least squares on relative error, each row's supports rebuilt from the
+    benchmark's seeded inputs).  How the reference machine's constants were found."""
+    import numpy as np
+
+    from ..sparse import SPARSE_ALGORITHMS, auto
+    from .sparse_inputs import inputs
+
+    names = list(auto.LOCAL)
+    matrix, measured = [], []
+    for row in rows:
+        if row.name not in SPARSE_ALGORITHMS or not row.local:
+            continue
+        supports = [inputs(row.supports, r, row.ranks, row.n, row.density)[0]
+                    for r in range(row.ranks)]
+        counts = [len(s) for s in supports]
+        unions = auto.measured_unions(supports)
+        saved = dict(auto.LOCAL)
+        coefficients = []
+        for name in names:  # local_work is linear in the constants
+            auto.LOCAL.update({key: float(key == name) for key in names})
+            coefficients.append(auto.local_work(row.name, row.n, counts, unions))
+        auto.LOCAL.update(saved)
+        matrix.append(np.array(coefficients) / row.local)
+        measured.append(1.0)
+    solution, *_ = np.linalg.lstsq(np.array(matrix), np.array(measured), rcond=None)
+    return {name: float(max(value, 0.0)) for name, value in zip(names, solution)}
+
+
+def markdown(rows: list[SparseRow], supports: str) -> str:
+    """One kind of support as a table: each algorithm's time against the dense ring's, and
+    its local share, density by density."""
+    from ..sparse import SPARSE_ALGORITHMS
+
+    mine = [row for row in rows if row.supports == supports]
+    densities = sorted({row.density for row in mine})
+    names = ["MPI_Allreduce", *SPARSE_ALGORITHMS, "auto", GLOO]
+    names = [name for name in names if any(row.name == name for row in mine)]
+    lines = ["| density | dense ring (ms) | " + " | ".join(names) + " | Top-k selection (ms) |",
+             "|---" * (len(names) + 3) + "|"]
+    for density in densities:
+        ring = _pick(mine, supports, density, "ring (densified)")
+        cells = []
+        for name in names:
+            row = _pick(mine, supports, density, name)
+            cell = f"{row.vs_ring:.2f}x"
+            if row.local is not None:
+                cell += f" ({row.local / row.seconds:.0%} local)"
+            cells.append(cell)
+        topk = _pick(mine, supports, density, "Top-k selection").seconds
+        lines.append(f"| {_share(density)} | {ring.seconds * 1e3:.1f} | " + " | ".join(cells)
+                     + f" | {topk * 1e3:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    rows = load((argv or sys.argv[1:])[0])
+    for supports in dict.fromkeys(row.supports for row in rows):
+        n = next(row.n for row in rows if row.supports == supports)
+        print(f"\n{supports} supports, n = {n:,}:\n\n{markdown(rows, supports)}")
+    print("\nTargets:\n")
+    for what, met in targets(rows):
+        print(f"* {what}: {'met' if met else '**missed**'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
