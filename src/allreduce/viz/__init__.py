@@ -23,7 +23,6 @@ from ..trace import Trace, record
 from .style import use_book_style  # noqa: F401  (the pages call viz.use_book_style())
 
 
-
 def contribution_input(rank: int, count: int) -> np.ndarray:
     """Rank ``rank``'s input for a contribution trace: ``2**rank`` in every element."""
     return np.full(count, 1 << rank, dtype=np.int64)
