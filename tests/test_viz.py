@@ -61,3 +61,66 @@ def test_markdown_table_renders_as_markdown_in_a_notebook():
     table = viz.markdown_table(["a", "b"], [[1, "x"], [2, "y"]])
     assert table == "| a | b |\n|---|---|\n| 1 | x |\n| 2 | y |"
     assert table._repr_markdown_() == str(table)
+
+
+# --- the book's figure style and the record the legibility test reads (issue 16, part 3) ---
+
+
+@pytest.fixture
+def book_style():
+    """The book's style inside an rc context, so other tests keep matplotlib's defaults."""
+    with matplotlib.rc_context():
+        viz.use_book_style()
+        yield
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_a_saved_figure_records_its_smallest_text(book_style, fmt):
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from allreduce.viz import style
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.text(0.5, 0.5, "tiny", fontsize=6)
+    ax.text(0.2, 0.2, "hidden", fontsize=3, visible=False)  # not drawn: not counted
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=200, bbox_inches="tight")
+    plt.close(fig)
+    record = style.read_record(buffer.getvalue())
+    assert record["smallest_pt"] == 6 and record["text"] == "tiny"
+    natural = record["width_px"] / 200 * 96 if fmt == "png" else record["width_pt"] * 4 / 3
+    # drawn at its natural size (1 in = 96 CSS px), 6 pt is 8 CSS px; at half that width, 4
+    assert style.smallest_css_px(record, natural) == pytest.approx(8)
+    assert style.smallest_css_px(record, natural / 2) == pytest.approx(4)
+    assert style.read_record(b"\x89PNG\r\n\x1a\n") is None
+
+
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_step_figures_scale_with_the_ranks(book_style, p):
+    """One row per rank, panels wrapped to the page's width, text never below 9 pt."""
+    import matplotlib.pyplot as plt
+
+    from allreduce.viz import style
+
+    trace, states = viz.record_states("ring", p, 2 * p)
+    figure = viz.step_figure(trace, states, p, viz.ring_step_names(p))
+    width, height = figure.get_size_inches()
+    assert width <= style.PAGE_WIDTH_IN
+    panels = [ax for ax in figure.axes if ax.has_data()]
+    assert len(panels) == len(states)
+    assert all(ax.get_ylim() == (p, 0) for ax in panels)  # a row per rank
+    rows, columns = panels[0].get_subplotspec().get_gridspec().get_geometry()
+    assert rows * columns >= len(states) and height >= rows * p * 0.3
+    assert style.smallest_text(figure)[0] >= style.SMALLEST_PT
+    plt.close(figure)
+
+
+def test_animations_describe_themselves():
+    trace, states = viz.record_states("ring", 3, 6)
+    html = viz.animation_html(viz.animate(trace, states, 3, viz.ring_step_names(3)))
+    assert 'alt="An animation of 5 frames on 3 ranks' in html
+    assert 'alt="the ring, step by step"' in viz.animation_html(
+        viz.animate(trace, states, 3), alt="the ring, step by step")

@@ -29,8 +29,10 @@ otherwise (by hand, by another program) needs the same record to pass the check.
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
+import re
 import struct
 import zlib
 from typing import Any
@@ -172,14 +174,11 @@ def read_record(data: bytes) -> dict[str, Any] | None:
     text = data.decode("utf-8", errors="replace")
     if "<svg" not in text[:2000]:
         return None
-    import re
-
-    found = re.search(re.escape(RECORD_KEY) + r"\s+(\{.*?\})\s*</dc:description>", text, re.S)
+    found = re.search(re.escape(RECORD_KEY) + r"\s+(\{.*?\})\s*</dc:description>", text,
+                      re.DOTALL)
     box = re.search(r"<svg\b[^>]*\bviewBox=\"([-\d.\s]+)\"", text)
     if not found or not box:
         return None
-    import html
-
     record = json.loads(html.unescape(found.group(1)))
     return {**record, "width_pt": float(box.group(1).split()[2])}
 
