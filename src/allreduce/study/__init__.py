@@ -54,6 +54,8 @@ def _shows_body(body: str) -> bool:
 
 
 class ReviewQuestions(Directive):
+    """``{review-questions} Part``: the part's labelled review questions (module docstring)."""
+
     required_arguments = 1
     final_argument_whitespace = True
 
@@ -83,7 +85,8 @@ class ReviewQuestions(Directive):
             lines += ["Read again: " + ", ".join(links) + ".", ""]
             for number, question in enumerate(questions, start=1):
                 count += 1
-                name = question.title or f"Question {number}"
+                # a title is link text here: no backticks or angle brackets in it
+                name = "".join(c for c in question.title if c not in "`<>") or f"Question {number}"
                 body = question.body if _shows_body(question.body) else \
                     "(the question is in the chapter)"
                 first, *rest = body.splitlines()
@@ -153,6 +156,8 @@ def quiz_form(quiz: Quiz) -> str:
 
 
 class Quizzes(Directive):
+    """``{quizzes} Part``: the part's quizzes from :func:`allreduce.study.quizzes.quizzes`."""
+
     required_arguments = 1
     final_argument_whitespace = True
 
