@@ -229,3 +229,16 @@ def test_every_glossary_term_is_linked_from_a_chapter(site):
     unlinked = sorted(html.unescape(terms[t]) for t in terms if t not in linked)
     assert not unlinked, f"glossary terms no chapter links to: {unlinked}"
     assert len(terms) >= 40
+
+
+def test_no_role_is_left_unrendered(site):
+    """A glued number or a glossary link written wrongly (inside code backticks, say) shows
+    as raw MyST in the page: none does, in any page."""
+    left = []
+    for path in sorted(site.rglob("*.html")):
+        text = re.sub(r"<(script|style)\b.*?</\1>", "", path.read_text(), flags=re.DOTALL)
+        text = html.unescape(re.sub(r"<[^>]+>", "", text))
+        left += [f"{path.relative_to(site)}: {m.group(0)}" for m in
+                 re.finditer(r"\{(?:glue(?::\w+)?|term|ref|doc|numref|cite)\}`?[^\n]{0,30}",
+                             text)]
+    assert not left, left[:10]
