@@ -20,9 +20,12 @@ from allreduce.transports.threads import run_threads
 from allreduce.validation import IN_BAND_LIMIT, in_band_terms
 
 N = 5040  # divisible by 1..10
+LAYOUTS = [{"ranks_per_node": k, "inner": inner} for k in (2, 3)
+           for inner in ("ring", "rabenseifner", "recursive_doubling")]
 FORMULA_CASES = [(name, options) for name in allreduce.cost.FORMULAS
                  for options in ([{"servers": s} for s in (1, 2, 3)]
-                                 if name.endswith("parameter_server") else [{}])]
+                                 if name.endswith("parameter_server") else
+                                 [{}, *LAYOUTS] if name == "hierarchical" else [{}])]
 
 
 @pytest.mark.parametrize(("algorithm", "options"), FORMULA_CASES, ids=str)
@@ -33,7 +36,8 @@ def test_the_formula_is_the_critical_path_of_the_trace(algorithm, options, p):
     the pipelined ring's largest size has several segments per step."""
     if options.get("servers", 0) > p:
         pytest.skip("more servers than ranks")
-    counts = [0, 2520, 3 * 2520] + ([2520 * 64] if algorithm == "pipelined_ring" else [])
+    unit = 5040 if algorithm == "bidirectional_ring" else 2520  # two halves, p chunks each
+    counts = [0, unit, 3 * unit] + ([2520 * 64] if algorithm == "pipelined_ring" else [])
     for count in counts:  # 2520 = lcm(1, ..., 9): every chunk is whole
         for dtype in ("int64", "int32"):
             trace, results = record(algorithm, p, count, dtype=dtype, **options)

@@ -1,15 +1,15 @@
-"""The public entry points: :func:`allreduce`, and the ring's :func:`reduce_scatter` and
-:func:`allgather`, which the chapter "Ring allreduce" composes into an allreduce."""
+"""The public entry points: :func:`allreduce`, and the two phases :func:`reduce_scatter` and
+:func:`allgather`, which the chapter "Ring allreduce" composes into an allreduce and the
+chapter "Beyond one flat ring" calls apart (sharded data parallelism)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from . import arrays
-from .algorithms import READS_SOURCE, REGISTRY, SHARDED
-from .algorithms.auto import choose
-from .algorithms.ring import allgather as ring_allgather
-from .algorithms.ring import reduce_scatter as ring_reduce_scatter
+from .algorithms import LAYOUT, PHASES, READS_SOURCE, REGISTRY, SHARDED
+from .algorithms.auto import resolve
 from .comm import Communicator
 from .ops import OPS, finish
 from .transports import as_communicator
@@ -17,14 +17,19 @@ from .validation import IN_BAND_LIMIT, agree, agree_in_band, describe
 
 #: Every algorithm name :func:`allreduce` accepts, in the order the book teaches them.
 ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)
+#: The algorithms whose phases :func:`reduce_scatter` and :func:`allgather` run.
+PHASED: tuple[str, ...] = tuple(PHASES)
 
 
-def _checked(x, comm, op, algorithm, out=None, servers=None) -> Communicator:
-    """Wrap ``comm`` and check the call on every rank (see :mod:`allreduce.validation`)."""
+def _checked(x, comm, op, algorithm, ranks_per_node, nodes) -> Communicator:
+    """Wrap ``comm`` and check a phase's call on every rank (:mod:`allreduce.validation`)."""
     communicator = as_communicator(comm)
-    call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED)
+    call = describe(x, out=None, op=op, algorithm=algorithm, servers=None, comm=communicator,
+                    algorithms=PHASED, sharded=SHARDED,
+                    layout={"ranks_per_node": ranks_per_node, "nodes": nodes},
+                    takes_layout=LAYOUT)
     call.resolved = algorithm
-    agree(communicator, call, ALGORITHMS)
+    agree(communicator, call, PHASED)
     return communicator
 
 
@@ -36,6 +41,9 @@ def allreduce(
     out: Any = None,
     *,
     servers: int | None = None,
+    ranks_per_node: int | None = None,
+    nodes: Sequence[int] | None = None,
+    inner: str | None = None,
 ) -> Any:
     """Reduce ``x`` over every rank of ``comm`` and give every rank the result.
 
@@ -57,6 +65,12 @@ def allreduce(
     servers
         Number of server ranks for ``parameter_server`` (default 1) and
         ``sharded_parameter_server`` (default all ranks).
+    ranks_per_node, nodes, inner
+        For ``hierarchical`` (chapter "Beyond one flat ring"): ``ranks_per_node``
+        consecutive ranks to a node, or ``nodes``, one node id per rank (by default the
+        communicator's own nodes: ``COMM_TYPE_SHARED`` under MPI); ``inner``, the algorithm
+        across the nodes (default ``auto``).  ``auto`` with ``ranks_per_node`` chooses on
+        two levels of links, the hierarchical allreduce among the candidates.
 
     Returns the result, of ``x``'s type, shape and dtype.  Every rank gets the same bits.
 
@@ -66,14 +80,21 @@ def allreduce(
     once: there is no communicator to agree over.
     """
     communicator = as_communicator(comm)
-    call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED)
+    layout = {"ranks_per_node": ranks_per_node, "nodes": nodes, "inner": inner}
+    call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED,
+                    layout, LAYOUT)
     in_band = communicator.receives_any_length
     carried = source = result = staging = buffer = reduce_op = None
+    options = {} if servers is None else {"servers": servers}
+    if algorithm == "hierarchical":
+        options.update({name: value for name, value in layout.items() if value is not None})
     if call.problem is None:
         # auto chooses now, before the check, so that ranks which would choose differently
         # raise together (the choice is part of what they check) instead of hanging
-        call.resolved = choose(arrays.nbytes(x), communicator.size) if algorithm == "auto" \
-            else algorithm
+        call.resolved = algorithm
+        if algorithm == "auto":
+            call.resolved, options = resolve(arrays.nbytes(x), communicator.size,
+                                             call.ranks_per_node)
         reduce_op = OPS[op]
         result = arrays.new_like(x) if out is None else out
         # the algorithms reduce a flat contiguous buffer in place: the result's own memory
@@ -96,7 +117,6 @@ def allreduce(
     if carried is None and source is None and staging is not x:
         arrays.copy_into(staging, x)  # only now: a call that raised leaves out untouched
     if carried is None and arrays.count(buffer):
-        options = {} if servers is None else {"servers": servers}
         if source is not None:
             options["source"] = source
         REGISTRY[call.resolved](buffer, communicator, reduce_op, **options)
@@ -106,32 +126,44 @@ def allreduce(
     return result
 
 
+def _layout(algorithm: str, ranks_per_node, nodes) -> dict:
+    """The layout options a phase of ``algorithm`` takes (only the hierarchical one's)."""
+    given = {"ranks_per_node": ranks_per_node, "nodes": nodes}
+    return {k: v for k, v in given.items() if v is not None} if algorithm == "hierarchical" else {}
+
+
 def _flat_in_place(x):
     if not arrays.is_contiguous(x):
         raise ValueError("reduce_scatter and allgather work in place: x must be contiguous")
     return arrays.flat_view(x)
 
 
-def reduce_scatter(x: Any, comm: Any, op: str = "sum") -> tuple[int, int]:
-    """Ring reduce-scatter of the contiguous array ``x``, in place (chapter "Ring allreduce").
-
-    Afterwards rank ``r`` holds chunk ``r`` of the flattened array reduced over all ranks,
-    at the element range ``[lo, hi)`` it returns; the other chunks hold partial results.
-    For ``op="mean"`` the owned chunk is divided by the number of ranks.
+def reduce_scatter(x: Any, comm: Any, op: str = "sum", *, algorithm: str = "ring",
+                   ranks_per_node: int | None = None,
+                   nodes: Sequence[int] | None = None) -> tuple[int, int]:
+    """Reduce-scatter of the contiguous array ``x``, in place: afterwards rank ``r`` holds
+    chunk ``r`` of the flattened array reduced over all ranks, at the element range
+    ``[lo, hi) = chunk_bounds(n, p, r)`` it returns, whichever the ``algorithm`` (one of
+    :data:`PHASED`: the ring, Rabenseifner's recursive halving, the 2D ring and the
+    hierarchical one, with ``ranks_per_node`` or ``nodes`` as in :func:`allreduce`).  The
+    rest of ``x`` holds intermediate values.  For ``op="mean"`` the owned chunk is divided
+    by the number of ranks.  Chapters "Ring allreduce" and "Beyond one flat ring".
     """
-    communicator = _checked(x, comm, op, "ring")
+    communicator = _checked(x, comm, op, algorithm, ranks_per_node, nodes)
     buffer = communicator.native(_flat_in_place(x))
-    lo, hi = ring_reduce_scatter(buffer, communicator, OPS[op])
+    lo, hi = PHASES[algorithm][0](buffer, communicator, OPS[op],
+                                  **_layout(algorithm, ranks_per_node, nodes))
     finish(OPS[op], buffer[lo:hi], communicator.size)
     return lo, hi
 
 
-def allgather(x: Any, comm: Any) -> Any:
-    """Ring all-gather of the contiguous array ``x``, in place (chapter "Ring allreduce").
-
-    Rank ``r`` contributes chunk ``r`` of the flattened array (as left by
-    :func:`reduce_scatter`) and ends with every rank's chunk.  Returns ``x``.
-    """
-    communicator = _checked(x, comm, "max", "ring")  # "max" is valid for every dtype
-    ring_allgather(communicator.native(_flat_in_place(x)), communicator)
+def allgather(x: Any, comm: Any, *, algorithm: str = "ring", ranks_per_node: int | None = None,
+              nodes: Sequence[int] | None = None) -> Any:
+    """All-gather of the contiguous array ``x``, in place: rank ``r`` contributes chunk
+    ``r`` of the flattened array (``chunk_bounds(n, p, r)``, as :func:`reduce_scatter` leaves
+    it, with the same ``algorithm`` and options) and ends with every rank's chunk.
+    Returns ``x``."""
+    communicator = _checked(x, comm, "max", algorithm, ranks_per_node, nodes)  # any dtype
+    PHASES[algorithm][1](communicator.native(_flat_in_place(x)), communicator,
+                         **_layout(algorithm, ranks_per_node, nodes))
     return x

@@ -177,6 +177,110 @@ class Communicator(ABC):
     def allgather_object(self, obj: Any) -> list[Any]:
         """Gather one picklable object from every rank (used on error paths only)."""
 
+    # -- groups of ranks (chapter "Beyond one flat ring") ----------------------------------
+    def split(self, colors: Sequence[int]) -> Communicator:
+        """The ranks whose colour equals this rank's, as a communicator of their own, ranked
+        in this communicator's order.  ``colors`` holds one colour per rank, the same on every
+        rank; the call is collective.  Each colouring is split once and the group kept: the
+        same colours give back the same object (a torch ``new_group`` takes a rendezvous, an
+        MPI ``Comm_split`` a collective).  All ranks of one colour: this communicator itself.
+
+        This base form builds each group on this communicator's own messages
+        (:class:`SubCommunicator`); the transports make groups of their own kind instead."""
+        colors = tuple(int(c) for c in colors)
+        if len(colors) != self.size:
+            raise ValueError(f"split needs one colour per rank ({self.size}), got {len(colors)}")
+        kept = self._groups()
+        if colors not in kept:
+            kept[colors] = self if len(set(colors)) == 1 else self._split(colors, len(kept))
+        return kept[colors]
+
+    def _groups(self) -> dict:
+        """Where :meth:`split` keeps its groups: on this object, by default."""
+        return self.__dict__.setdefault("_kept_groups", {})
+
+    def _split(self, colors: tuple[int, ...], index: int) -> Communicator:
+        """A new group for this rank's colour (``index``: how many splits came before)."""
+        return SubCommunicator(self, members(colors, self.rank), index)
+
+    def nodes(self) -> tuple[int, ...]:
+        """The node (machine) every rank runs on, one id per rank: equal ids share a node.
+        Collective.  This base form knows of one node; MPI asks ``COMM_TYPE_SHARED`` and
+        torch.distributed the launcher's agent (:mod:`allreduce.topology`)."""
+        return (0,) * self.size
+
+
+def members(colors: Sequence[int], rank: int) -> tuple[int, ...]:
+    """The ranks that have ``rank``'s colour, in order."""
+    return tuple(r for r, color in enumerate(colors) if color == colors[rank])
+
+
+class SubCommunicator(Communicator):
+    """A group of ``parent``'s ranks (``ranks``, in order) that talks through ``parent``'s own
+    point-to-point messages: rank ``i`` here is ``ranks[i]`` there, and tags are moved into
+    a range of their own (``context``) so that no message of the group meets one of
+    another group or of ``parent``.  What :meth:`Communicator.split` makes by default."""
+
+    TAG_STRIDE = 1 << 16
+
+    def __init__(self, parent: Communicator, ranks: Sequence[int], context: int):
+        self.parent, self.ranks = parent, tuple(ranks)
+        self.rank, self.size = self.ranks.index(parent.rank), len(self.ranks)
+        self._tag = (context + 1) * self.TAG_STRIDE
+        self.receives_any_length = parent.receives_any_length
+
+    def isend(self, buf, dest: int, tag: int = 0):
+        return self.parent.isend(buf, self.ranks[dest], tag + self._tag)
+
+    def irecv(self, buf, source: int, tag: int = 0):
+        return self.parent.irecv(buf, self.ranks[source], tag + self._tag)
+
+    def waitall(self, requests: Sequence[Any]) -> None:
+        self.parent.waitall(requests)
+
+    def send_any(self, buf, dest: int, tag: int = 0) -> None:
+        self.parent.send_any(buf, self.ranks[dest], tag + self._tag)
+
+    def recv_any(self, buf, source: int, tag: int = 0) -> bool:
+        return self.parent.recv_any(buf, self.ranks[source], tag + self._tag)
+
+    def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
+        return self.parent.sendrecv_any(sendbuf, self.ranks[dest], recvbuf, self.ranks[source],
+                                        tag + self._tag)
+
+    def barrier(self) -> None:  # a token around the group, on the group's own messages
+        token = np.zeros(1, np.int8)
+        if self.size > 1:
+            for _ in range(2):
+                self.sendrecv(token, (self.rank + 1) % self.size, token.copy(),
+                              (self.rank - 1) % self.size, tag=self.TAG_STRIDE - 1)
+
+    def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False,
+                     source=None) -> None:
+        self.parent.reduce_local(op, inout, incoming, incoming_first=incoming_first,
+                                 source=source)
+
+    def native(self, array):
+        return self.parent.native(array)
+
+    def allgather_ints(self, values: np.ndarray) -> np.ndarray:
+        return np.array(self.allgather_object(np.asarray(values, np.int64).tolist()), np.int64)
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Only this group's ranks take part: a pickle from each, sent round the group."""
+        import pickle
+
+        found = [obj] * self.size
+        mine = np.frombuffer(pickle.dumps(obj), np.uint8)
+        for step in range(1, self.size):  # everyone sends to everyone, one step at a time
+            dest, source = (self.rank + step) % self.size, (self.rank - step) % self.size
+            lengths = np.array([len(mine)], np.int64), np.zeros(1, np.int64)
+            self.sendrecv(lengths[0], dest, lengths[1], source, tag=self.TAG_STRIDE - 2)
+            theirs = np.empty(int(lengths[1][0]), np.uint8)
+            self.sendrecv(mine, dest, theirs, source, tag=self.TAG_STRIDE - 2)
+            found[source] = pickle.loads(theirs.tobytes())
+        return found
+
 
 _scratch = threading.local()  # (dtype, device) → this thread's scratch buffer
 

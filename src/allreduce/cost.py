@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .topology import grid
+
 
 @dataclass(frozen=True)
 class Terms:
@@ -72,7 +74,10 @@ class Formula:
     ``f`` = 1 when ``p`` ≠ ``q`` (for algorithms that fold onto a power of two), ``lg``
     (log₂), ``clg`` (⌈log₂⌉), ``ceiling``, and the names in ``constants`` (fixed numbers,
     such as a segment size) and ``options`` (a keyword option, the symbol it stands for, and
-    its default as an expression: the servers ``S`` of a parameter server)."""
+    its default as an expression: the servers ``S`` of a parameter server).  For the 2D
+    ring, ``R`` × ``C`` is :func:`allreduce.topology.grid`'s grid; on nodes of ``k`` ranks
+    (keyword ``ranks_per_node``, by default all ``p`` on one), ``N`` is the number of
+    nodes and ``s`` the last node's ranks (chapter "Beyond one flat ring")."""
 
     steps: str
     bytes: str
@@ -82,8 +87,12 @@ class Formula:
 
     def _names(self, p: int, n: float, given: dict) -> dict:
         q = largest_power_of_two(p)
+        k = min(given.pop("ranks_per_node", None) or p, p)
+        nodes = -(-p // k)
+        rows, columns = grid(p)
         names = {"p": p, "n": n, "q": q, "f": int(p != q), "lg": _lg, "clg": _clg,
-                 "ceiling": math.ceil, **dict(self.constants)}
+                 "ceiling": math.ceil, "k": k, "N": nodes, "s": p - (nodes - 1) * k,
+                 "R": rows, "C": columns, **dict(self.constants)}
         for keyword, symbol, default in self.options:
             value = given.pop(keyword, None)
             names[symbol] = eval(default, {"__builtins__": {}}, names) if value is None else value
@@ -111,7 +120,7 @@ class Formula:
             def _latex(self, printer):
                 return r"\lceil\log_2 " + printer._print(self.args[0]) + r"\rceil"
 
-        symbols = {s: sympy.Symbol(s) for s in ("p", "n", "q", "f")}
+        symbols = {s: sympy.Symbol(s) for s in ("p", "n", "q", "f", "k", "N", "s", "R", "C")}
         symbols |= {s: sympy.Symbol(s) for s, _ in self.constants}
         symbols |= {s: sympy.Symbol(s) for _, s, _ in self.options}
         local = {"lg": lg, "clg": clg, "ceiling": sympy.ceiling, **symbols}
@@ -187,6 +196,121 @@ NETWORKS: dict[str, Model] = {
 }
 
 
+# -- two levels of links (chapter "Beyond one flat ring") -------------------------------------
+
+@dataclass(frozen=True)
+class Levels:
+    """An algorithm's critical-path counts on a :class:`Network`: the part charged at the
+    links inside a node (``intra``) and the part charged at the links between nodes
+    (``inter``), for ``p`` ranks placed node-major, ``k`` to a node.  Where the condition
+    ``exact`` (an expression in :class:`Formula`'s names) fails, :meth:`split` charges the
+    whole single-level formula at the inter level instead: an upper bound, since the
+    network's inter-node links are the slower ones.  The reduction counts (``reduced``)
+    are the same at either level."""
+
+    intra: Formula
+    inter: Formula
+    exact: str = "True"
+
+    @classmethod
+    def flat(cls, formula: Formula, exact: str = "N == 1") -> Levels:
+        """Everything at the inter level once there are two nodes: exact for a ring, where
+        one slow link in the ring slows every step (the rank after it receives over it in
+        every step), and an upper bound for others."""
+        def where(condition: str) -> Formula:
+            return Formula(*(f"({condition})*({e})" for e in (formula.steps, formula.bytes,
+                                                           formula.reduced)),
+                           formula.constants, formula.options)
+
+        return cls(where("N == 1"), where("N > 1"), exact)
+
+    def is_exact(self, p: int, k: int) -> bool:
+        names = self.intra._names(p, 0.0, {"ranks_per_node": k})
+        return bool(eval(self.exact, {"__builtins__": {}}, names))
+
+    def split(self, p: int, n: float, k: int, whole: Formula | None = None,
+              **options) -> tuple[Terms, Terms]:
+        """``(intra, inter)`` for ``n`` bytes on ``p`` ranks, ``k`` to a node (``whole``:
+        the single-level formula the upper bound charges at the inter level)."""
+        if self.is_exact(p, k) or whole is None:
+            return (self.intra.terms(p, n, ranks_per_node=k, **options),
+                    self.inter.terms(p, n, ranks_per_node=k, **options))
+        return Terms(0, 0, 0), whole.terms(p, n, **options)
+
+
+#: Each algorithm's :class:`Levels` where it has its own (registered by
+#: :mod:`allreduce.algorithms`); the others are charged :meth:`Levels.flat`.
+LEVELS: dict[str, Levels] = {}
+
+
+def level_terms(algorithm: str, p: int, n: float, k: int, **options) -> tuple[Terms, Terms]:
+    """``(intra, inter)`` counts of ``algorithm`` on ``p`` ranks, ``k`` to a node."""
+    if algorithm not in FORMULAS:
+        raise ValueError(f"no cost formula for algorithm {algorithm!r}")
+    whole = FORMULAS[algorithm]
+    levels = LEVELS.get(algorithm) or Levels.flat(whole)
+    return levels.split(p, n, k, whole, **options)
+
+
+def level_exact(algorithm: str, p: int, k: int) -> bool:
+    """Whether :func:`level_terms` is the critical path itself, not an upper bound."""
+    levels = LEVELS.get(algorithm) or Levels.flat(FORMULAS[algorithm])
+    return levels.is_exact(p, k)
+
+
+@dataclass(frozen=True)
+class Network:
+    """A network of two levels (chapter "Beyond one flat ring"): ``ranks_per_node`` ranks on
+    each node joined by links of ``intra``'s α and β (NVLink, shared memory), the nodes
+    joined by links of ``inter``'s (the cluster network).  The ranks reduce at ``intra``'s
+    γ, and a call costs ``intra``'s overhead.  A step in which a rank uses both kinds of
+    link is charged at the slower one, so ``inter`` must be no faster than ``intra``."""
+
+    intra: Model
+    inter: Model
+    ranks_per_node: int
+
+    def __post_init__(self):
+        if self.inter.alpha < self.intra.alpha or self.inter.beta < self.intra.beta:
+            raise ValueError("the links between nodes must be no faster than those inside one")
+        if self.ranks_per_node < 1:
+            raise ValueError(f"ranks_per_node must be at least 1, got {self.ranks_per_node}")
+
+    def levels(self, algorithm: str, p: int, nbytes: float, **options) -> tuple[Terms, Terms]:
+        """``(intra, inter)`` counts of one call (:func:`level_terms`)."""
+        return level_terms(algorithm, p, nbytes, self.ranks_per_node, **options)
+
+    def time(self, algorithm: str, p: int, nbytes: float, **options) -> float:
+        """Predicted seconds for one allreduce of ``nbytes`` bytes per rank on ``p`` ranks."""
+        intra, inter = self.levels(algorithm, p, nbytes, **options)
+        return (intra.steps * self.intra.alpha + intra.bytes * self.intra.beta
+                + inter.steps * self.inter.alpha + inter.bytes * self.inter.beta
+                + (intra.reduced + inter.reduced) * self.intra.gamma + self.intra.overhead)
+
+    def link(self, nodes: Sequence[int]):
+        """``link(source, dest) -> (α, β)`` for :meth:`allreduce.trace.Trace.critical_path`,
+        with ``nodes[rank]`` each rank's node: a replay of a trace on this network."""
+        def cost_of(source: int, dest: int) -> tuple[float, float]:
+            model = self.intra if nodes[source] == nodes[dest] else self.inter
+            return model.alpha, model.beta
+
+        return cost_of
+
+
+def _gbps(bits_per_second: float) -> float:
+    return 1 / (bits_per_second / 8)
+
+
+#: The nodes the chapter "Beyond one flat ring" simulates: 8 GPUs on NVLink-class links
+#: (:data:`NETWORKS`' second), the nodes on 100 or 400 Gb/s (α = 2 µs).
+NODE_NETWORKS: dict[str, Network] = {
+    f"{rate} Gb/s between nodes": Network(
+        NETWORKS["NVLink-class, α = 1 µs"],
+        Model(alpha=2e-6, beta=_gbps(rate * 1e9), gamma=NETWORKS["NVLink-class, α = 1 µs"].gamma),
+        ranks_per_node=8)
+    for rate in (100, 400)}
+
+
 def busbw(nbytes: float, seconds: float, p: int) -> float:
     """nccl-tests' bus bandwidth of an allreduce, bytes/s: algbw·2(p−1)/p, where algbw is
     ``nbytes / seconds``.  It makes the ring's bandwidth-optimal cost read as link speed."""
@@ -219,14 +343,21 @@ def fit(counts: Sequence[Terms], seconds: Sequence[float], *, gamma: bool = True
     return Model(*map(float, best))
 
 
-def crossover(model: Model, first: str, second: str, p: int, *, largest: float = 2.0**50,
-              **options) -> float | None:
+def crossover(model: Model | Network, first: str, second: str, p: int, *,
+              largest: float = 2.0**50, **options) -> float | None:
     """The message size in bytes at which ``second`` becomes faster than ``first`` on
     ``p`` ranks under ``model`` (the chapter "Tree allreduce"), or ``None`` if ``first``
     is not faster for small messages or never loses below ``largest`` bytes.  Found by
     bisection; each algorithm's time is linear in ``n``, so there is at most one."""
+    return crossing(lambda n: model.time(first, p, n, **options),
+                    lambda n: model.time(second, p, n, **options), largest=largest)
+
+
+def crossing(first, second, *, largest: float = 2.0**50) -> float | None:
+    """Where ``second(n)`` becomes smaller than ``first(n)`` (two times, linear in ``n``),
+    as :func:`crossover` finds it; ``None`` as there."""
     def gap(n: float) -> float:
-        return model.time(first, p, n, **options) - model.time(second, p, n, **options)
+        return first(n) - second(n)
 
     lo, hi = 1.0, largest
     if gap(lo) >= 0 or gap(hi) <= 0:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import arrays
-from .comm import Communicator
+from .comm import Communicator, members
 from .cost import Terms
 from .transports.threads import run_threads
 
@@ -66,6 +66,21 @@ class TracingCommunicator(Communicator):
         self.initial: np.ndarray | None = None
         self._watched = None
         self._snapshots = False
+        self._root, self._ranks, self._tags = self, tuple(range(self.size)), 0
+
+    def _split(self, colors: tuple[int, ...], index: int) -> Communicator:
+        """A group of the traced ranks (the inner communicator's :meth:`split`), traced too:
+        its events go into this trace under this communicator's ranks, so that one trace
+        shows every level of a hierarchical algorithm (chapter "Beyond one flat ring")."""
+        child = TracingCommunicator(self.inner.split(colors), payloads=self._payloads)
+        child.receives_any_length = self.receives_any_length
+        child.events, child._root = self.events, self._root
+        child._ranks = tuple(self._ranks[r] for r in members(colors, self.rank))
+        child._tags = self._tags + (index + 1) * (1 << 16)  # each group's messages apart
+        return child
+
+    def nodes(self) -> tuple[int, ...]:
+        return self.inner.nodes()
 
     def watch(self, buf, *, snapshots: bool = False) -> None:
         """Record offsets relative to ``buf`` (the buffer being reduced).  With
@@ -75,16 +90,17 @@ class TracingCommunicator(Communicator):
         self.initial = self._copy() if snapshots else None
 
     def _copy(self) -> np.ndarray | None:
-        if not self._snapshots:
+        if not self._root._snapshots:
             return None
-        buf = self._watched
+        buf = self._root._watched
         return buf.copy() if isinstance(buf, np.ndarray) else buf.detach().cpu().numpy().copy()
 
     def _offset(self, view) -> int | None:
-        if self._watched is None or arrays.count(view) == 0:
+        watched = self._root._watched
+        if watched is None or arrays.count(view) == 0:
             return None
-        base, here = _address(self._watched), _address(view)
-        size = arrays.nbytes(self._watched)
+        base, here = _address(watched), _address(view)
+        size = arrays.nbytes(watched)
         if not base <= here < base + size:
             return None
         return (here - base) // (arrays.nbytes(view) // arrays.count(view))
@@ -93,8 +109,9 @@ class TracingCommunicator(Communicator):
         payload = None
         if self._payloads and kind == "send":
             payload = buf.copy() if isinstance(buf, np.ndarray) else buf.detach().cpu().numpy().copy()
-        event = Event(kind, self.rank, peer, tag, arrays.count(buf), arrays.nbytes(buf),
-                      self._offset(buf), id=len(self.events), payload=payload)
+        event = Event(kind, self._ranks[self.rank], self._ranks[peer], tag + self._tags,
+                      arrays.count(buf), arrays.nbytes(buf), self._offset(buf),
+                      id=len(self.events), payload=payload)
         self.events.append(event)
         return event.id
 
@@ -106,8 +123,7 @@ class TracingCommunicator(Communicator):
 
     def waitall(self, requests) -> None:
         self.inner.waitall([request for _, request in requests])
-        self.events.append(Event("wait", self.rank, requests=tuple(i for i, _ in requests),
-                                 id=len(self.events), snapshot=self._copy()))
+        self._waited(tuple(i for i, _ in requests))
 
     # A message of unknown length is logged as one message, whatever the transport adds
     # (torch sends its length ahead of it); a receive's count is the buffer's capacity, and
@@ -131,8 +147,8 @@ class TracingCommunicator(Communicator):
         return exact
 
     def _waited(self, requests: tuple[int, ...]) -> None:
-        self.events.append(Event("wait", self.rank, requests=requests, id=len(self.events),
-                                 snapshot=self._copy()))
+        self.events.append(Event("wait", self._ranks[self.rank], requests=requests,
+                                 id=len(self.events), snapshot=self._copy()))
 
     def barrier(self) -> None:
         self.inner.barrier()
@@ -140,7 +156,7 @@ class TracingCommunicator(Communicator):
     def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False,
                      source=None) -> None:
         self.inner.reduce_local(op, inout, incoming, incoming_first=incoming_first, source=source)
-        self.events.append(Event("reduce", self.rank, count=arrays.count(inout),
+        self.events.append(Event("reduce", self._ranks[self.rank], count=arrays.count(inout),
                                  nbytes=arrays.nbytes(inout), offset=self._offset(inout),
                                  id=len(self.events),
                                  snapshot=self._copy()))
@@ -202,7 +218,7 @@ class Trace:
         return round(self.critical_path(alpha=1))
 
     def critical_path(self, alpha: float = 0.0, beta: float = 0.0, gamma: float = 0.0, *,
-                      link=None) -> float:
+                      link=None, ports: str = "rank") -> float:
         """When the last rank finishes, replaying the logs as a discrete-event simulation in
         which a message of ``m`` bytes occupies its sender's send port and its receiver's
         receive port for ``α + m·β`` each, and a reduction of ``m`` bytes occupies its rank for
@@ -212,8 +228,12 @@ class Trace:
 
         ``link(source, dest)``, if given, returns the ``(α, β)`` of the link a message takes
         instead of the global ones: a network of several levels (links inside a node and
-        between nodes)."""
-        return max(self._replay(alpha, beta, gamma, link)[0], default=0.0)
+        between nodes).  ``ports="link"`` gives each rank one send and one receive port per
+        peer instead of one in all: every link is a port of its own, as NVLink's are (the
+        bidirectional ring's case, chapter "Beyond one flat ring")."""
+        if ports not in ("rank", "link"):
+            raise ValueError(f"ports must be 'rank' or 'link', got {ports!r}")
+        return max(self._replay(alpha, beta, gamma, link, ports == "link")[0], default=0.0)
 
     def terms(self) -> Terms:
         """The three counts of the α-β-γ model on the critical path: what a chapter's formula
@@ -270,8 +290,8 @@ class Trace:
                     states[time:, rank] = event.snapshot
         return states
 
-    def _replay(self, alpha: float, beta: float, gamma: float,
-                link=None) -> tuple[list[float], list[list[float]]]:
+    def _replay(self, alpha: float, beta: float, gamma: float, link=None,
+                per_link: bool = False) -> tuple[list[float], list[list[float]]]:
         """Each rank's finishing time and each event's time (see :meth:`critical_path`).
         The k-th send from ``s`` to ``d`` with a tag matches the k-th receive at ``d`` from
         ``s`` with that tag.  A send leaves when its rank and its send port are free; its
@@ -286,8 +306,9 @@ class Trace:
         departures: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
         posted: dict[tuple[int, int, int], int] = defaultdict(int)  # receives posted per key
         clock = [0.0] * self.size
-        send_port = [0.0] * self.size
-        recv_port = [0.0] * self.size
+        send_port: dict = defaultdict(float)  # when each port is free: per rank, or per link
+        recv_port: dict = defaultdict(float)
+        port = (lambda rank, peer: (rank, peer)) if per_link else (lambda rank, peer: rank)
         pending: list[dict[int, tuple[Event, float, int]]] = [{} for _ in range(self.size)]
         position = [0] * self.size
         done = [False] * self.size
@@ -301,7 +322,8 @@ class Trace:
                     if event.kind == "send":
                         departure = clock[rank]
                         if event.count:
-                            departure = send_port[rank] = (max(clock[rank], send_port[rank])
+                            mine = port(rank, event.peer)
+                            departure = send_port[mine] = (max(clock[rank], send_port[mine])
                                                            + cost(event))
                         departures[rank, event.peer, event.tag].append((departure, cost(event)))
                         pending[rank][event.id] = (event, departure, -1)
@@ -315,7 +337,7 @@ class Trace:
                         posted[key] += 1
                     elif event.kind == "wait":
                         if not self._complete(rank, event, pending, departures, clock,
-                                              recv_port):
+                                              recv_port, port):
                             break  # the matching send has not been replayed yet
                     elif event.kind == "reduce":
                         clock[rank] += event.nbytes * gamma
@@ -328,7 +350,7 @@ class Trace:
         return clock, times
 
     @staticmethod
-    def _complete(rank, wait, pending, departures, clock, recv_port) -> bool:
+    def _complete(rank, wait, pending, departures, clock, recv_port, port) -> bool:
         """Finish ``wait`` on ``rank`` if every message it waits for has been sent: the
         receive port takes them in the order they arrive."""
         finish = clock[rank]
@@ -341,11 +363,12 @@ class Trace:
             key = (event.peer, rank, event.tag)
             if index >= len(departures[key]):
                 return False  # the matching send has not been replayed yet
-            receives.append((*departures[key][index], time))
-        for departure, cost, time in sorted(receives):
+            receives.append((*departures[key][index], time, event.peer))
+        for departure, cost, time, peer in sorted(receives):
             if cost:
-                recv_port[rank] = max(max(time, recv_port[rank]) + cost, departure)
-                finish = max(finish, recv_port[rank])
+                mine = port(rank, peer)
+                recv_port[mine] = max(max(time, recv_port[mine]) + cost, departure)
+                finish = max(finish, recv_port[mine])
             else:
                 finish = max(finish, departure)
         for request in wait.requests:

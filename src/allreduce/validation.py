@@ -50,18 +50,32 @@ class CallDescription:
     servers: int | None = None
     resolved: str | None = None
     problem: Exception | None = field(default=None, repr=False)
+    #: the layout options (chapter "Beyond one flat ring"), as given, if valid
+    ranks_per_node: int | None = None
+    nodes: tuple[int, ...] | None = None
+    inner: str | None = None
+
+    def _options(self, algorithms: tuple[str, ...]) -> int:
+        """The algorithm's options as one integer: the servers alone as they are, else a
+        hash of them all (a tuple of ints hashes alike in every process)."""
+        if self.ranks_per_node is None and self.nodes is None and self.inner is None:
+            return -1 if self.servers is None else self.servers
+        return hash((self.servers, self.ranks_per_node, self.nodes,
+                     _index(algorithms, self.inner)))
+
+    def _signed(self, algorithms: tuple[str, ...]):
+        return _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
+                          self.algorithm, self._options(algorithms), self.resolved, algorithms)
 
     def signature(self, algorithms: tuple[str, ...]) -> np.ndarray:
         """The description as int64s.  Equal calls give equal rows on every rank (a
         tuple of ints hashes the same way in every process).  Read-only and cached."""
-        return _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
-                          self.algorithm, self.servers, self.resolved, algorithms)[0]
+        return self._signed(algorithms)[0]
 
     def header(self, algorithms: tuple[str, ...]) -> tuple[np.ndarray, bytes]:
         """The signature ``s`` as the header ``[s, −s]`` that :func:`agree_in_band` reduces
         by element-wise minimum, and the header's bytes.  Read-only and cached."""
-        return _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
-                          self.algorithm, self.servers, self.resolved, algorithms)[1:]
+        return self._signed(algorithms)[1:]
 
     def fields(self) -> dict[str, object]:
         return {
@@ -71,6 +85,9 @@ class CallDescription:
             "op": self.op,
             "algorithm": self.algorithm,
             "servers": self.servers,
+            "ranks_per_node": self.ranks_per_node,
+            "nodes": self.nodes,
+            "inner algorithm": self.inner,
             "algorithm auto chose": self.resolved,
         }
 
@@ -80,7 +97,7 @@ SIGNATURE_LENGTH = 8
 
 
 @functools.lru_cache(maxsize=256)
-def _signature(problem, shape, dtype, op, algorithm, servers, resolved, algorithms):
+def _signature(problem, shape, dtype, op, algorithm, options, resolved, algorithms):
     known = shape if shape is not None else ()
     signature = np.array(
         [
@@ -90,7 +107,7 @@ def _signature(problem, shape, dtype, op, algorithm, servers, resolved, algorith
             _index(DTYPES, dtype),
             _index(OP_NAMES, op),
             _index(algorithms, algorithm),
-            -1 if servers is None else servers,
+            options,
             _index(algorithms, resolved),
         ],
         dtype=np.int64,
@@ -112,9 +129,12 @@ def _index(names: tuple[str, ...], name: str | None) -> int:
 
 
 def describe(
-    x, out, op, algorithm, servers, comm: Communicator, algorithms: tuple[str, ...], sharded
+    x, out, op, algorithm, servers, comm: Communicator, algorithms: tuple[str, ...], sharded,
+    layout: dict | None = None, takes_layout=frozenset(),
 ) -> CallDescription:
-    """Check one rank's arguments locally; record the first problem instead of raising."""
+    """Check one rank's arguments locally; record the first problem instead of raising.
+    ``layout`` holds the call's ``ranks_per_node``, ``nodes`` and ``inner`` (for the
+    algorithms in ``takes_layout``)."""
     call = CallDescription(op=op if isinstance(op, str) else None,
                            algorithm=algorithm if isinstance(algorithm, str) else None,
                            servers=servers if isinstance(servers, int) else None)
@@ -131,6 +151,7 @@ def describe(
             raise ValueError(
                 f"unknown algorithm {algorithm!r}; choose one of {', '.join(algorithms)}"
             )
+        _check_layout(call, layout or {}, algorithm, comm, algorithms, takes_layout)
         if servers is not None:
             if algorithm not in sharded:
                 raise ValueError(
@@ -150,6 +171,40 @@ def describe(
     except Exception as problem:  # anything unforeseen is still reported on every rank
         call.problem = TypeError(f"{type(problem).__name__}: {problem}")
     return call
+
+
+def _check_layout(call: CallDescription, layout: dict, algorithm, comm: Communicator,
+                  algorithms: tuple[str, ...], takes_layout) -> None:
+    """The hierarchical allreduce's options (chapter "Beyond one flat ring"), recorded in
+    ``call`` as far as they are valid, so that ranks that disagree on them are told."""
+    given = {name: value for name, value in layout.items() if value is not None}
+    if given and algorithm not in takes_layout:
+        raise ValueError(f"{', '.join(f'{name}=' for name in given)} applies only to "
+                         f"{' and '.join(sorted(takes_layout))}, not to {algorithm!r}")
+    rpn, nodes, inner = (given.get(name) for name in ("ranks_per_node", "nodes", "inner"))
+    if rpn is not None:
+        if isinstance(rpn, bool) or not isinstance(rpn, int) or rpn < 1:
+            raise ValueError(f"ranks_per_node must be a positive integer, got {rpn!r}")
+        call.ranks_per_node = rpn
+    if nodes is not None:
+        if rpn is not None:
+            raise ValueError("give ranks_per_node= or nodes=, not both")
+        if algorithm != "hierarchical":
+            raise ValueError(f"nodes= applies only to hierarchical, not to {algorithm!r}")
+        try:
+            ids = tuple(int(i) for i in nodes)
+        except (TypeError, ValueError):
+            raise TypeError("nodes must be a sequence of integers, one node id per rank") from None
+        if len(ids) != comm.size:
+            raise ValueError(f"nodes must give one node id per rank ({comm.size}), got {len(ids)}")
+        call.nodes = ids
+    if inner is not None:
+        if algorithm != "hierarchical":
+            raise ValueError(f"inner= applies only to hierarchical, not to {algorithm!r}")
+        if inner not in algorithms or inner == "hierarchical":
+            raise ValueError(f"unknown inner algorithm {inner!r}; choose one of "
+                             f"{', '.join(a for a in algorithms if a != 'hierarchical')}")
+        call.inner = inner
 
 
 def _check_out(x, out) -> None:

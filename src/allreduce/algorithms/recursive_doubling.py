@@ -14,11 +14,17 @@ choice for tiny messages.
 from __future__ import annotations
 
 from ..comm import Communicator
-from ..cost import Formula
+from ..cost import Formula, Levels
 from ..ops import Op
 from ._schedule import PowerOfTwoFold
 
 COST = Formula(steps="lg(q) + 2*f", bytes="lg(q)*n + 2*f*n", reduced="lg(q)*n + f*n")
+
+#: On N nodes of k ranks, both powers of two, node-major: the first lg k rounds (partners
+#: 1 .. k/2 apart) stay inside a node, the last lg N cross (chapter "Beyond one flat ring").
+LEVELS = Levels(Formula(steps="lg(k)", bytes="lg(k)*n", reduced="lg(p)*n"),
+                Formula(steps="lg(N)", bytes="lg(N)*n", reduced="0"),
+                exact="f == 0 and k & (k - 1) == 0")
 
 
 def recursive_doubling(buf, comm: Communicator, op: Op, *, source=None) -> None:

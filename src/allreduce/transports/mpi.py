@@ -97,3 +97,50 @@ class MPICommunicator(Communicator):
 
     def allgather_object(self, obj: Any) -> list[Any]:
         return self.comm.allgather(obj)
+
+    # -- groups (chapter "Beyond one flat ring") -------------------------------------------
+    def _groups(self) -> dict:
+        """The groups :meth:`split` made are kept *on the MPI communicator*, as one of its
+        attributes (MPI's own cache), so every wrapper of it finds them, and they are freed
+        with it.  One cache per wrapper class, so that a subclass gets groups of its kind."""
+        kept = self.comm.Get_attr(_keyval())
+        if kept is None:
+            kept = {}
+            self.comm.Set_attr(_keyval(), kept)
+        return kept.setdefault(type(self), {})
+
+    def _split(self, colors: tuple[int, ...], index: int) -> Communicator:
+        # type(self): a subclass (the labs' patient communicator) keeps its behaviour
+        return type(self)(self.comm.Split(colors[self.rank], self.rank))
+
+    def nodes(self) -> tuple[int, ...]:
+        """Which ranks share a node, as MPI sees it: ``MPI_Comm_split_type`` with
+        ``COMM_TYPE_SHARED`` (the ranks that can share memory), asked once and kept."""
+        from ..topology import Layout
+
+        kept = self._groups()
+        if "nodes" not in kept:
+            shared = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            first = shared.allreduce(self.rank, op=MPI.MIN)  # the node's lowest rank names it
+            shared.Free()
+            kept["nodes"] = Layout.of(self.comm.allgather(first)).node_of
+        return kept["nodes"]
+
+
+_KEYVAL: list[int] = []
+
+
+def _free_groups(comm, keyval, kept) -> None:
+    """MPI calls this when a communicator that kept groups is freed: free them too."""
+    if MPI.Is_finalized():
+        return
+    for groups in kept.values():
+        for group in groups.values():
+            if isinstance(group, MPICommunicator) and group.comm not in (comm, MPI.COMM_NULL):
+                group.comm.Free()
+
+
+def _keyval() -> int:
+    if not _KEYVAL:
+        _KEYVAL.append(MPI.Comm.Create_keyval(delete_fn=_free_groups))
+    return _KEYVAL[0]

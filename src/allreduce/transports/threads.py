@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comm import Communicator
+from ..comm import Communicator, members
 
 
 class PeerFailed(RuntimeError):
@@ -32,12 +32,13 @@ class PeerFailed(RuntimeError):
 class ThreadWorld:
     """The shared state of ``size`` thread ranks: mailboxes, a barrier, gather slots."""
 
-    def __init__(self, size: int, timeout: float = 60.0):
+    def __init__(self, size: int, timeout: float = 60.0, failed: threading.Event | None = None):
         if size < 1:
             raise ValueError(f"a world needs at least one rank, got size={size}")
         self.size = size
         self.timeout = timeout
-        self.failed = threading.Event()
+        self.failed = failed or threading.Event()  # a group's world fails with its parent's
+        self._groups: dict[tuple, ThreadWorld] = {}
         self._mailboxes: defaultdict[tuple[int, int, int], queue.SimpleQueue] = defaultdict(
             queue.SimpleQueue
         )
@@ -83,6 +84,14 @@ class ThreadWorld:
 
     def communicators(self) -> list[ThreadCommunicator]:
         return [ThreadCommunicator(self, rank) for rank in range(self.size)]
+
+    def group(self, key: tuple, size: int) -> ThreadWorld:
+        """The world of one group of a split (``key`` names the split and the colour): made
+        by the first of its ranks to ask, found by the others."""
+        with self._lock:
+            if key not in self._groups:
+                self._groups[key] = ThreadWorld(size, self.timeout, self.failed)
+            return self._groups[key]
 
 
 class _Receive:
@@ -173,6 +182,11 @@ class ThreadCommunicator(Communicator):
 
     def allgather_object(self, obj: Any) -> list[Any]:
         return self.world.gather(self.rank, obj)
+
+    def _split(self, colors: tuple[int, ...], index: int) -> ThreadCommunicator:
+        group = members(colors, self.rank)
+        world = self.world.group((colors, colors[self.rank]), len(group))
+        return ThreadCommunicator(world, group.index(self.rank))
 
 
 def run_threads(

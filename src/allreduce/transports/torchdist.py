@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..comm import Communicator
+from ..comm import Communicator, members
 
 
 class TorchCommunicator(Communicator):
@@ -85,6 +85,45 @@ class TorchCommunicator(Communicator):
         gathered: list[Any] = [None] * self.size
         dist.all_gather_object(gathered, obj, group=self.group)
         return gathered
+
+    # -- groups (chapter "Beyond one flat ring") -------------------------------------------
+    def _groups(self) -> dict:
+        """Kept per process group (and per default group, so that a new
+        ``init_process_group`` starts afresh): a ``new_group`` is a rendezvous."""
+        return _KEPT.setdefault((dist.group.WORLD, self.group), {})
+
+    def _split(self, colors: tuple[int, ...], index: int) -> TorchCommunicator:
+        """``new_group`` of this rank's colour only, with ``use_local_synchronization``: the
+        other groups' ranks need not take part (torch's ``distributed_c10d.new_group``
+        docstring), so a group of a group works too.  torch names such a group after its
+        ranks, so each set of global ranks is made once per process."""
+        ranks = tuple(self._global(r) for r in members(colors, self.rank))
+        made = _MADE.setdefault(dist.group.WORLD, {})
+        if ranks not in made:
+            made[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
+        return TorchCommunicator(made[ranks])
+
+    def _global(self, rank: int) -> int:
+        return rank if self.group in (None, dist.group.WORLD) else \
+            dist.get_global_rank(self.group, rank)
+
+    def nodes(self) -> tuple[int, ...]:
+        """Which ranks share a node: those of one torchrun agent (``GROUP_RANK``, the node
+        rank torchrun's rendezvous assigns), else of one host name.  Asked once, kept."""
+        import os
+        import socket
+
+        from ..topology import Layout
+
+        kept = self._groups()
+        if "nodes" not in kept:
+            mine = os.environ.get("GROUP_RANK") or socket.gethostname()
+            kept["nodes"] = Layout.of(self.allgather_object(mine)).node_of
+        return kept["nodes"]
+
+
+_KEPT: dict = {}  # (default group, group) → {colours: TorchCommunicator, "nodes": layout}
+_MADE: dict = {}  # default group → {global ranks: the process group made for them}
 
 
 def init_from_mpi(comm, backend: str = "gloo") -> None:
