@@ -326,9 +326,22 @@ def test_citation_cff_is_valid_cff_1_2(root):
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert citation["version"] == project["version"]
     config = yaml.safe_load((root / "_config.yml").read_text())
-    assert citation["repository-code"] == config["repository"]["url"]
+    # no repository address until the course has a real one (_config.yml's is a placeholder)
+    assert "repository-code" not in citation and "url" not in citation
+    assert config["repository"]["url"] == book.PLACEHOLDER_REPOSITORY
     assert citation["title"] == config["title"]
     assert set(citation["license"]) == {"MIT", "CC-BY-4.0"}
     # and the schema does reject a broken file
     broken = {k: v for k, v in citation.items() if k != "authors"}
     assert not jsonschema.Draft7Validator(schema).is_valid(broken)
+
+
+def test_publishing_refuses_the_placeholder_repository_address(root, capsys):
+    """_config.yml's repository.url is a placeholder until a course sets its own; make
+    publish refuses to push to a real remote while it is, since the launch links would lead
+    nowhere (a local path, a rehearsal, is allowed with a warning: see the publish test)."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        book.main(["--repo", str(root), "--remote", "https://example.invalid/course.git"])
+    assert "placeholder" in capsys.readouterr().err

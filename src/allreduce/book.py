@@ -202,6 +202,16 @@ def publish(html: Path, remote: str, *, repo: Path, labs: list[Path],
                             str(folder)], cwd=work, check=True, env=env)
 
 
+#: The address _config.yml carries until a course sets its own: it does not exist.
+PLACEHOLDER_REPOSITORY = "https://github.com/allreduce-course/allreduce"
+
+
+def _repository_url(repo: Path) -> str:
+    import yaml
+
+    return yaml.safe_load((repo / "_config.yml").read_text())["repository"]["url"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m allreduce.book",
@@ -220,6 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     elif not (("://" in remote) or ("@" in remote) or Path(remote).exists()):
         parser.error(f"{remote!r} is neither a remote of {args.repo} nor a repository "
                      "(make publish REMOTE=<name, URL or path>)")
+    if _repository_url(args.repo) == PLACEHOLDER_REPOSITORY:
+        if not Path(remote).exists():  # a local path is a rehearsal; a real remote is not
+            parser.error("_config.yml's repository.url is still the placeholder "
+                         f"{PLACEHOLDER_REPOSITORY}: set it to the repository students "
+                         "will read, or the lab pages' launch links lead nowhere")
+        print(f"warning: repository.url is the placeholder {PLACEHOLDER_REPOSITORY}; "
+              "publishing to a local path only", file=sys.stderr)
     labs = sorted((args.repo / "labs").glob("*.ipynb"))
     publish(args.html, remote, repo=args.repo, labs=labs, pages_branch=args.pages_branch,
             student_branch=args.student_branch)
