@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from allreduce.sparse import fill_in  # noqa: E402
-from allreduce.sparse.auto import union  # noqa: E402
-from allreduce.sparse.compression import topk  # noqa: E402
-from allreduce.sparse.samples import PAIRS_DENSITY, RECORD, TINY, Samples, record, save  # noqa: E402
+from allreduce.sparse import fill_in
+from allreduce.sparse.auto import union
+from allreduce.sparse.compression import topk
+from allreduce.sparse.samples import PAIRS_DENSITY, RECORD, TINY, Samples, record, save
 
 
 def test_the_recording_reruns_to_the_same_arrays(tmp_path):

@@ -22,7 +22,7 @@ def _pick(rows, supports: str, density: float, name: str) -> SparseRow:
 
 
 def _share(x: float) -> str:
-    return f"{x:.2%}" if x < 0.01 else f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
+    return f"{x:.2%}" if x < 0.001 else f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
 
 
 def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:

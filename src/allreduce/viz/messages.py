@@ -62,38 +62,47 @@ def _draw_step(ax, messages, size: int, n: int, step: int) -> None:
 
     for _, source, dest, indices, (lo, hi), dense in messages:
         colour = OKABE_ITO[source % len(OKABE_ITO)]
-        ax.add_patch(Rectangle((lo, source + 0.1), hi - lo, 0.8, color=colour, alpha=0.12, lw=0))
+        ax.add_patch(Rectangle((lo, source + 0.1), hi - lo, 0.8, color=colour, alpha=0.15, lw=0))
         ax.vlines(indices + 0.5, source + 0.15, source + 0.85, color=colour, lw=1.2)
-        label = f"→ {dest}: {len(indices)}" + (" (dense)" if dense else "")
-        ax.text(n * 1.01, source + 0.5, label, va="center", fontsize=10)
+        label = f"→{dest}: {len(indices)}" + (" dense" if dense else "")
+        ax.text(n * 1.02, source + 0.5, label, va="center")
     ax.set_xlim(0, n)
     ax.set_ylim(size, 0)
-    ax.set_yticks([r + 0.5 for r in range(size)], [f"rank {r}" for r in range(size)],
-                  fontsize=10)
-    ax.set_xticks([0, n], ["0", f"n = {n}"], fontsize=10)
-    ax.set_title(f"step {step}", fontsize=11)
+    ax.set_yticks([r + 0.5 for r in range(size)], [f"rank {r}" for r in range(size)])
+    ax.set_xticks([0, n], ["0", f"{n}"])
+    ax.set_title(f"step {step}")
+
+
+#: Height of one rank's row, and room for a panel's title and axis, in inches.
+_ROW_IN, _PANEL_EXTRA_IN = 0.3, 0.75
 
 
 def message_figure(trace: Trace, n: int, dtype, step_names: Sequence[str] | None = None,
                    columns: int = 2):
     """One panel per step: each rank's row shows the indices it sent in that step (ticks),
     over the index range its message covers (shaded), and to whom, with the pair count.
-    Returns the matplotlib figure."""
+    One row per rank, panels wrapped into ``columns`` across the page's width
+    (:data:`allreduce.viz.style.PAGE_WIDTH_IN`).  Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
+
+    from .style import PAGE_WIDTH_IN
 
     messages = sent(trace, dtype)
     steps = max((m[0] for m in messages), default=0)
+    columns = max(1, min(columns, steps))
     rows = max(1, -(-steps // columns))
-    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 0.42 * trace.size * rows
-                                                     + 0.9 * rows),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, constrained_layout=True,
+                             figsize=(PAGE_WIDTH_IN,
+                                      rows * (trace.size * _ROW_IN + _PANEL_EXTRA_IN)))
     for t, ax in enumerate(axes.flat, start=1):
         if t > steps:
             ax.axis("off")
             continue
         _draw_step(ax, [m for m in messages if m[0] == t], trace.size, n, t)
         if step_names:
-            ax.set_title(step_names[t - 1], fontsize=11)
+            ax.set_title(step_names[t - 1])
+        if (t - 1) % columns:
+            ax.set_yticks([])
     return fig
 
 
@@ -104,16 +113,22 @@ def message_animation(trace: Trace, n: int, dtype, step_names: Sequence[str] | N
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
+    from .style import PAGE_WIDTH_IN
+
     messages = sent(trace, dtype)
     steps = max((m[0] for m in messages), default=0)
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * trace.size + 1.1), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH_IN * 0.8, trace.size * _ROW_IN + _PANEL_EXTRA_IN),
+                           constrained_layout=True)
 
     def frame(t: int):
         ax.clear()
         _draw_step(ax, [m for m in messages if m[0] == t + 1], trace.size, n, t + 1)
         if step_names:
-            ax.set_title(step_names[t], fontsize=11)
+            ax.set_title(step_names[t])
 
     animation = FuncAnimation(fig, frame, frames=steps, interval=interval_ms)
+    animation.alt_text = (f"Animation of the messages of a sparse allreduce on {trace.size} "
+                          f"ranks, one frame per step: each rank's row shows the indices it "
+                          "sent in that step and to whom")
     plt.close(fig)
     return animation
