@@ -93,8 +93,9 @@ def allreduce(
         # raise together (the choice is part of what they check) instead of hanging
         call.resolved = algorithm
         if algorithm == "auto":
-            call.resolved, options = resolve(arrays.nbytes(x), communicator.size,
-                                             call.ranks_per_node)
+            call.resolved, chosen = resolve(arrays.nbytes(x), communicator.size,
+                                            call.ranks_per_node)
+            options = dict(chosen)  # a copy: resolve() keeps its answers
         reduce_op = OPS[op]
         result = arrays.new_like(x) if out is None else out
         # the algorithms reduce a flat contiguous buffer in place: the result's own memory

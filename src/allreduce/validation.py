@@ -60,8 +60,10 @@ class CallDescription:
         hash of them all (a tuple of ints hashes alike in every process)."""
         if self.ranks_per_node is None and self.nodes is None and self.inner is None:
             return -1 if self.servers is None else self.servers
-        return hash((self.servers, self.ranks_per_node, self.nodes,
-                     _index(algorithms, self.inner)))
+        none = -1  # hash(None) differs from process to process before Python 3.12
+        return hash((none if self.servers is None else self.servers,
+                     none if self.ranks_per_node is None else self.ranks_per_node,
+                     self.nodes or (), _index(algorithms, self.inner)))
 
     def _signed(self, algorithms: tuple[str, ...]):
         return _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
