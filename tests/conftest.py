@@ -89,3 +89,21 @@ def built_book(tmp_path_factory) -> BuiltBook:
         check=False, capture_output=True, text=True, timeout=600, env=child_env(),
     )
     return BuiltBook(folder, run, time.monotonic() - start)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say loudly, at the end of the run, that the grading tests did not run for want of a
+    sandbox (tests/test_grading.py skips them then, unless ALLREDUCE_REQUIRE_SANDBOX=1)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if "no sandbox here" in str(r.longrepr)]
+    if not skipped:
+        return
+    reason = str(skipped[0].longrepr[-1] if isinstance(skipped[0].longrepr, tuple)
+                 else skipped[0].longrepr)
+    terminalreporter.write_sep("!", "GRADING TESTS DID NOT RUN: NO SANDBOX", red=True, bold=True)
+    terminalreporter.write_line(reason, red=True, bold=True)
+    terminalreporter.write_line(
+        f"{len(skipped)} grading tests were skipped: the hostile submissions, every lab's key "
+        "and student copy, and the limits were NOT checked.  Run as root, or allow user "
+        "namespaces (README, Grading); ALLREDUCE_REQUIRE_SANDBOX=1 makes this a failure "
+        "(.ci/run sets it).", red=True)

@@ -31,7 +31,21 @@ LABS = sorted(p.name for p in (Path(__file__).parent.parent / "labs").glob("*.ip
 MARK = "allreduce-hostile-detached"  # in the command line of the process a submission leaves
 
 _NO_SANDBOX = probe()  # None where bwrap can start a sandbox (as root, or with user namespaces)
-needs_sandbox = pytest.mark.skipif(_NO_SANDBOX is not None, reason=f"no sandbox here: {_NO_SANDBOX}")
+# CI runs as root and can always sandbox: there (.ci/run sets it) a missing sandbox fails
+REQUIRE_SANDBOX = os.environ.get("ALLREDUCE_REQUIRE_SANDBOX") == "1"
+
+
+@pytest.fixture
+def sandbox_here():
+    """Skip where no sandbox can start (tests/conftest.py then ends the run with a banner),
+    or fail there when ``ALLREDUCE_REQUIRE_SANDBOX=1``."""
+    if _NO_SANDBOX is not None:
+        if REQUIRE_SANDBOX:
+            pytest.fail(f"ALLREDUCE_REQUIRE_SANDBOX=1, but no sandbox starts here: {_NO_SANDBOX}")
+        pytest.skip(f"no sandbox here: {_NO_SANDBOX}")
+
+
+needs_sandbox = pytest.mark.usefixtures("sandbox_here")
 
 
 @pytest.fixture
@@ -74,7 +88,8 @@ def test_every_lab_states_its_checks(root, name):
     nb = nbformat.read(root / "labs" / name, as_version=4)
     specs = grading.specs(nb)
     assert [s.exercise for s in specs] == grading.exercises(nb)
-    assert all(s.points > 0 for s in specs) and len({s.points for s in specs}) > 1 or len(specs) == 1
+    assert all(s.points > 0 for s in specs), specs
+    assert len(specs) == 1 or len({s.points for s in specs}) > 1, specs  # set, not equal
     for s in specs:
         assert s.kind in ("ranks", "local", "overlap")
         assert s.kind != "ranks" or s.pattern, s  # every algorithm exercise has a pattern
@@ -107,6 +122,156 @@ def test_similarity_ignores_names_comments_and_layout():
     b = "def f(data,   c):\n\n    y = 1\n    return c.send(data, y)"
     assert similarity.normalise(a) == similarity.normalise(b)
     assert similarity.normalise(a) != similarity.normalise(a.replace("send", "recv"))
+
+
+# -- one submission cannot stop the grading, or the judge's limits -------------------------------
+
+def test_a_header_nested_deeper_than_json_goes_is_a_protocol_error():
+    """A rank's frame of 200,000 '[' made json.loads raise RecursionError, which left the
+    judge and stopped the whole grading run."""
+    import struct
+
+    from allreduce.grading import wire
+
+    with pytest.raises(wire.WireError, match="malformed header .*RecursionError"):
+        wire.Reader().feed(struct.pack("!I", 200_000) + b"[" * 200_000)
+
+
+class _Quiet:
+    """The judge's side of a case, without sockets: what it sends is dropped."""
+
+    def __init__(self, size: int):
+        self.size, self.sent = size, []
+
+    def send(self, rank, header, blobs=()):
+        self.sent.append((rank, header, [len(b) for b in blobs]))
+
+
+def test_a_wait_for_malformed_request_ids_fails_that_case_only():
+    """`{"op": "wait", "ids": [[1]]}` made the judge raise TypeError (unhashable list)."""
+    from allreduce.grading.matching import Case, Failure
+
+    for ids in ([[1]], [{"a": 1}], [1.5], "1", [None]):
+        case = Case(_Quiet(2))
+        with pytest.raises(Failure, match="rank 0 waited for a request it never made"):
+            case.handle(0, {"op": "wait", "ids": ids}, [])
+
+
+def _message(case, rank, op, request, peer, nbytes):
+    header = {"op": op, "id": request, "peer": peer, "tag": 0, "dtype": "uint8",
+              "count": nbytes}
+    case.handle(rank, header, [bytes(nbytes)] if op == "isend" else [])
+
+
+def test_the_judge_counts_matched_messages_until_their_receiver_waits(monkeypatch):
+    """The cap on what the judge holds was bypassed by messages whose receive was posted
+    (matched) but never waited for: 100 of 8 MiB were held with 0 counted."""
+    from allreduce.grading import matching
+    from allreduce.grading.matching import Case, Failure
+
+    monkeypatch.setattr(matching, "MAX_QUEUED", 1 << 20)
+    honest = Case(_Quiet(2))
+    for request in range(1, 5):  # 4 x 600 KiB, each received and waited for: fine
+        _message(honest, 0, "isend", request, 1, 600 << 10)
+        _message(honest, 1, "irecv", request, 0, 600 << 10)
+        honest.handle(1, {"op": "wait", "ids": [request]}, [])
+        assert honest.queued == 0
+    hoarder = Case(_Quiet(2))
+    _message(hoarder, 0, "isend", 1, 1, 600 << 10)
+    _message(hoarder, 1, "irecv", 1, 0, 600 << 10)  # matched, never waited for
+    assert hoarder.queued == 600 << 10
+    _message(hoarder, 1, "irecv", 2, 0, 600 << 10)
+    with pytest.raises(Failure, match="more than 1 MiB of messages were sent and not received"):
+        _message(hoarder, 0, "isend", 2, 1, 600 << 10)
+
+
+def _graded_reduce_scatter(key, code: str):
+    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body."""
+    from allreduce.grading import run
+
+    spec = grading.spec(key, "reduce_scatter")
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source = _body(_stub(cell.source, "reduce_scatter"), code)
+    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+
+
+HOARD = """\
+p, rank = comm.size, comm.rank
+held = [np.empty(600 << 7, np.int64) for _ in range(3)]  # 3 x 600 KiB
+for chunk in held:  # every receive posted first, then every send: each matched at once
+    comm.irecv(chunk, (rank - 1) % p)
+comm.barrier()
+for chunk in held:
+    comm.isend(np.ones_like(chunk), (rank + 1) % p)  # and no wait, ever"""
+
+
+@needs_sandbox
+def test_a_run_that_never_waits_is_stopped_at_the_judges_cap(key, monkeypatch):
+    """Real ranks post receives, then matching sends, and never wait: every message is
+    matched the moment it arrives, so a cap that counted only unmatched sends let the judge
+    hold all of them (100 x 8 MiB was 800 MiB).  A received message counts until its wait."""
+    from allreduce.grading import matching
+
+    monkeypatch.setattr(matching, "MAX_QUEUED", 1 << 20)  # 12 x 600 KiB are sent in all
+    result = _graded_reduce_scatter(key, HOARD)
+    assert result.score == 0
+    assert "more than 1 MiB of messages were sent and not received" in result.message, \
+        result.message
+
+
+def test_a_result_made_by_hand_is_judged_not_raised():
+    """What a rank returns is decoded from JSON, so it can be anything JSON holds: the sparse
+    check read `.shape` of a list (AttributeError, which stopped the grading)."""
+    import numpy as np
+
+    from allreduce.grading import wire
+    from allreduce.lab import checks
+
+    expected = np.arange(1, 13)
+    for got in ({"indices": [1, 2], "values": [3, 4]}, {"indices": {"a": [1]}, "values": None},
+                {"indices": wire.Unreadable("function"), "values": {"x": 1}}, {"returned": 3}):
+        problem = checks.judge("sparse_reduce_scatter", "f", 12, 0, 4, got, expected)
+        assert problem and problem.startswith("f "), problem
+    for got in ({"buf": [1, 2]}, {"buf": {"x": 1}, "returned": {"a": 1}}, {}):
+        assert checks.judge("reduce_scatter", "f", 12, 0, 4, got, expected)
+
+
+def test_an_exception_in_one_exercise_scores_it_0_and_the_others_run(root, tmp_path, key,
+                                                                     monkeypatch, capsys):
+    """Whatever raises while one exercise is graded, where nothing foresaw it (here the
+    check's own inputs break: no submission can make that happen, so it is made to), and a
+    notebook marked up by hand, give that exercise 0 with a message; the rest is graded.
+    (The submissions that sent the grader malformed frames are in the ring lab's test.)"""
+    import json
+
+    from allreduce.grading import run
+
+    real = run.checks.inputs
+
+    def inputs(phase, *args):
+        if phase == "reduce_scatter":
+            raise ZeroDivisionError("a check that breaks")
+        return real(phase, *args)
+
+    monkeypatch.setattr(run.checks, "inputs", inputs)
+    _variant(key, tmp_path, "a_correct", {})
+    marked = json.loads((tmp_path / "a_correct.ipynb").read_text())
+    marked["cells"][0]["metadata"]["allreduce"] = 5  # an "exercise" the grader cannot read
+    (tmp_path / "b_marked_by_hand.ipynb").write_text(json.dumps(marked))
+    marked["cells"][0]["source"] = 5
+    (tmp_path / "c_source_not_text.ipynb").write_text(json.dumps(marked))
+    graded = grading.grade(root / RING, sorted(tmp_path.glob("*.ipynb")), jobs=2,
+                           sandboxed=False, progress=lambda *a, **k: None)
+    for submission in graded[:2]:
+        scatter, gather = submission.results["reduce_scatter"], submission.results["allgather"]
+        assert scatter.score == 0 and "the grader could not judge reduce_scatter: " \
+            "ZeroDivisionError: a check that breaks" in scatter.message, scatter.message
+        assert gather.score == 1, gather.message
+    assert all(r.score == 0 and "not a readable notebook" in r.message
+               for r in graded[2].results.values())
+    assert "ZeroDivisionError" in capsys.readouterr().err  # the traceback, for the instructor
 
 
 # -- hostile submissions ------------------------------------------------------------------------
@@ -162,7 +327,7 @@ allreduce.lab.check = _passes
 PATCH_CHECKER = """\
 import allreduce.lab.checks, allreduce.lab.patterns
 allreduce.lab.checks.judge = lambda *args, **kwargs: None
-allreduce.lab.checks.pattern_problem = lambda *args, **kwargs: None
+allreduce.lab.patterns.pattern_problem = lambda *args, **kwargs: None
 allreduce.lab.patterns.compare = lambda *args, **kwargs: None
 """
 
@@ -227,6 +392,44 @@ if not hasattr(sys, "flooded"):  # once per rank: 200 MB of output, and a 256 MB
     except OSError:
         pass"""
 
+# the grader's own objects in the rank, as a hostile submission finds them
+RANK = """\
+import gc
+me = next(o for o in gc.get_objects() if type(o).__name__ == "Rank")
+"""
+
+MALFORMED_WAIT = RANK + """\
+me.send({"op": "wait", "ids": [[1]]})
+me.receive()"""
+
+DEEP_HEADER = RANK + """\
+import struct
+me.sock.sendall(struct.pack("!I", 200000) + b"[" * 200000)
+me.receive()"""
+
+LIBRARY_RING_ANYHOW = """\
+import gc, importlib.util, pathlib, sys
+sys.setprofile(None)  # the watch on calls, off
+tried = []
+try:
+    from allreduce.algorithms import ring
+    return ring.taught_reduce_scatter(buf, comm, op)
+except ImportError as error:
+    tried.append(str(error))
+path = pathlib.Path(chunk_bounds.__code__.co_filename).parent / "ring.py"
+try:
+    spec = importlib.util.spec_from_file_location("allreduce.algorithms.ring", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.taught_reduce_scatter(buf, comm, op)
+except OSError as error:
+    tried.append(str(error))
+found = [o for o in gc.get_objects()
+         if getattr(o, "__name__", "") in ("taught_reduce_scatter", "ring")]
+if found:
+    return found[0](buf, comm, op)
+raise RuntimeError("no ring: " + " | ".join(tried))"""
+
 NAIVE_WRONG_PATTERN = """\
 p, rank, n = comm.size, comm.rank, len(buf)
 others = np.empty((p, n), dtype=buf.dtype)
@@ -257,18 +460,41 @@ def csv_rows(path: Path):
 
 
 def _leftovers() -> str:
-    found = subprocess.run(["pgrep", "-af", f"{MARK}|allreduce.grading.rank"],
-                           capture_output=True, text=True).stdout
-    return "\n".join(line for line in found.splitlines() if "pgrep" not in line)
+    """The processes a run left behind: any whose command line names the hostile mark or
+    the ranks' launcher (read from /proc: no pgrep, which may not be installed)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # it ended meanwhile
+            continue
+        line = " ".join(a for a in argv if a)
+        if proc.name != str(os.getpid()) and (MARK in line or "grading/confine.py" in line):
+            found.append(f"{proc.name} {line[:200]}")
+    return "\n".join(found)
+
+
+@pytest.fixture
+def home_file():
+    """A file in the home folder for a vandal to aim at; removed however the test ends."""
+    path = Path.home() / "allreduce-grading-canary.txt"
+    path.write_text("canary")
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _digests(paths) -> dict:
+    return {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() if Path(p).exists()
+            else None for p in paths}
 
 
 @needs_sandbox
-def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key):
+def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key, home_file):
     lab = tmp_path / "key.ipynb"  # a copy, so that the vandals below can aim at its path
     shutil.copy(root / RING, lab)
     digest = hashlib.sha256(lab.read_bytes()).hexdigest()
-    home_file = Path.home() / "allreduce-grading-canary.txt"
-    home_file.write_text("canary")
     folder = tmp_path / "submissions"
     folder.mkdir()
     out = tmp_path / "scores.csv"
@@ -299,11 +525,19 @@ def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key):
                str(root / "README.md"), "/etc/hostname", str(Path.home() / "new-file")]
     _variant(key, folder, "m_writes_outside", {rs: lambda s: _body(s, WRITE_OUTSIDE.format(
         paths=targets))})
+    untouched = [t for t in targets if t != str(out)]  # the grader writes the scores, later
+    targets_before = _digests(untouched)
     _variant(key, folder, "n_fork_bomb", {rs: lambda s: _body(_stub(s, rs), FORK_BOMB)})
     _variant(key, folder, "o_allocates_30_gib", {rs: lambda s: _body(_stub(s, rs), HOG)})
     _variant(key, folder, "p_floods_its_output", {ag: lambda s: _body(s, FLOOD)})
     _variant(key, folder, "q_right_values_wrong_pattern", {rs: lambda s: _body(
         _stub(s, rs), NAIVE_WRONG_PATTERN)})
+    _variant(key, folder, "r_waits_for_malformed_ids", {rs: lambda s: _body(
+        _stub(s, rs), MALFORMED_WAIT)})
+    _variant(key, folder, "s_sends_a_deep_header", {rs: lambda s: _body(
+        _stub(s, rs), DEEP_HEADER)})
+    _variant(key, folder, "t_reaches_for_the_library_ring", {rs: lambda s: _body(
+        _stub(s, rs), LIBRARY_RING_ANYHOW)})
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     started = time.monotonic()
     rows, run = _grade(venv_bin, lab, folder, out)
@@ -329,9 +563,11 @@ def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key):
     assert scores("f_calls_mpi_allreduce")[0] == "0"
     says("f_calls_mpi_allreduce", "mpi4py is not available .* only through the comm")
     assert scores("g_calls_the_library") == ("0", "0")
-    says("g_calls_the_library", "called allreduce.allreduce", "library's allgather")
+    says("g_calls_the_library", "called allreduce.allreduce",
+         "allreduce.algorithms.ring is not available when the grader runs your allgather")
     assert scores("h_library_ring_exact_pattern")[0] == "0"
-    says("h_library_ring_exact_pattern", "called the library's taught_reduce_scatter")
+    says("h_library_ring_exact_pattern",
+         "allreduce.algorithms.ring is not available when the grader runs your reduce_scatter")
     assert scores("i_fakes_the_check") == ("0", "0")
     says("i_fakes_the_check", "NotImplementedError")
     assert scores("j_patches_the_checker")[0] == "0"
@@ -349,13 +585,22 @@ def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key):
     says("q_right_values_wrong_pattern",
          "reduce_scatter on rank 0 sent 3 messages .* to ranks 1, 2, 3 .*; the ring reduce-scatter "
          "sent .*; it must pass chunks around the ring")
+    # malformed frames from the grader's own objects: that exercise scores 0, the rest runs
+    assert scores("r_waits_for_malformed_ids") == ("0", "2")
+    says("r_waits_for_malformed_ids", "rank [0-3] waited for a request it never made")
+    assert scores("s_sends_a_deep_header") == ("0", "2")
+    says("s_sends_a_deep_header", "broke the grader's protocol: a malformed header")
+    # the library's algorithms are not in a run: not importable, not on disk, not in memory
+    assert scores("t_reaches_for_the_library_ring")[0] == "0"
+    says("t_reaches_for_the_library_ring", "no ring: allreduce.algorithms.ring is not available "
+         "when the grader runs your reduce_scatter", "No such file or directory")
     # nothing outside the runs changed, and nothing of them is left
     assert hashlib.sha256(lab.read_bytes()).hexdigest() == digest
     assert "changed while grading" not in run.stdout
     assert home_file.read_text() == "canary" and not (Path.home() / "new-file").exists()
+    assert _digests(untouched) == targets_before  # the key, home, README, /etc/hostname
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert not _leftovers(), _leftovers()
-    home_file.unlink()
     # the reports: feedback per student (with the failing cell), Gradescope, similarity
     feedback = (tmp_path / "scores-feedback" / "b_off_by_one.md").read_text()
     assert "**2 of 5 points (40%).**" in feedback and "(rank - step - 1) % p" in feedback
@@ -406,6 +651,196 @@ def test_hostile_submissions_on_the_naive_lab(root, venv_bin, tmp_path):
     assert rows["i_ring_instead_of_naive"][na] == "0"
     assert "library's" in rows["i_ring_instead_of_naive"]["messages"]
     assert not _leftovers(), _leftovers()
+
+
+# -- what a run has of the library -------------------------------------------------------------
+
+def test_a_run_gets_no_algorithm_and_no_reference_of_its_check():
+    """The plan of every kind of run: no algorithm module, no package __init__ that would
+    import them, and each kernel check's reference absent or removed."""
+    from allreduce.grading import confine
+    from allreduce.lab import LOCAL_CHECKS
+
+    plans = {"ranks": confine.plan("ranks"), "overlap": confine.plan("overlap")}
+    plans |= {name: confine.plan("local", name) for name in LOCAL_CHECKS}
+    for name, plan in plans.items():
+        files = set(plan.files)
+        assert not ({f for f in files if f.startswith(("algorithms/", "sparse/", "transports/"))}
+                    - {"algorithms/_schedule.py", "sparse/vector.py", "transports/__init__.py"})
+        assert not files & {"__init__.py", "api.py", "validation.py", "algorithms/__init__.py",
+                            "sparse/__init__.py", "lab/__init__.py", "ddp_hook.py",
+                            "sparse/sparse_ring.py", "algorithms/auto.py"}, name
+        assert all(os.path.isfile(os.path.join(confine.LIBRARY, f)) for f in files), name
+    for name, check in LOCAL_CHECKS.items():
+        plan = plans[name]
+        for reference in check.reference:
+            module = reference if reference not in plan.removed else reference.rpartition(".")[0]
+            assert reference in plan.removed or module not in plan.modules, (name, reference)
+    assert "training.py" in plans["overlap"].files
+    assert plans["overlap"].removed == ("allreduce.training.attach_hooks",)
+    assert "sparse/vector.py" not in plans["check_merge"].files
+
+
+#: For each kernel check: a solution that hands the work to the check's own reference,
+#: and what the grader says of it.
+KERNEL_CHEATS = {
+    "check_fit": ("fit_alpha_beta", "sizes, seconds", """\
+from allreduce import cost
+m = cost.fit([cost.Terms(1, n, 0) for n in sizes], seconds, gamma=False)
+return m.alpha, m.beta""", "allreduce.cost is not available"),
+    "check_choice": ("choose_algorithm", "model, p, nbytes", """\
+from allreduce.algorithms.auto import fastest
+return fastest(nbytes, p, model)""", "allreduce.algorithms.auto is not available"),
+    "check_crossover": ("doubling_crossover", "model, p", """\
+import sys
+cost = sys.modules[type(model).__module__]
+return cost.crossover(model, "recursive_doubling", "rabenseifner", p)""",
+                        ("`allreduce.cost.crossover` is what the check compares your "
+                         "doubling_crossover with")),
+    "check_busbw": ("busbw", "nbytes, seconds, p", """\
+from allreduce.cost import busbw as theirs
+return theirs(nbytes, seconds, p)""", "allreduce.cost is not available"),
+    "check_ddp_buckets": ("ddp_buckets", "sizes, cap", """\
+from allreduce.ddp_buckets import ddp_buckets as theirs
+return theirs(sizes, cap)""", "allreduce.ddp_buckets is not available"),
+    "check_merge": ("merge_two", "ia, va, ib, vb", """\
+from allreduce.sparse.vector import merge
+return merge([(ia, va), (ib, vb)], va.dtype)""", "allreduce.sparse.vector is not available"),
+    "check_error_feedback": ("compress_with_feedback", "gradient, residual, k", """\
+from allreduce.sparse.compression import topk
+corrected = gradient + residual
+indices, values = topk(corrected, k)
+corrected[indices] = 0
+return indices, values, corrected""", "allreduce.sparse.compression is not available"),
+}
+
+
+def _cheat(check: str) -> str:
+    function, arguments, body, _ = KERNEL_CHEATS[check]
+    return f"def {function}({arguments}):\n" + "".join(f"    {line}\n" for line in body.splitlines())
+
+
+@needs_sandbox
+def test_kernel_exercises_cannot_call_the_checks_reference():
+    """Each kernel check's reference (ddp_buckets, the sparse merge, Top-k, busbw, the fit,
+    the crossover, auto's choice) scored 100% when a solution called it: now it is not in
+    the run (or, beside a model the function needs, replaced by a stand-in)."""
+    from allreduce.grading.run import Code, run_exercise
+    from allreduce.grading.notebooks import Spec
+    from allreduce.lab import LOCAL_CHECKS
+
+    assert set(KERNEL_CHEATS) == set(LOCAL_CHECKS)
+    setup = "import math\nimport numpy as np\nfrom allreduce import cost, lab, viz"
+    for check, (function, _, _, says) in KERNEL_CHEATS.items():
+        spec = Spec(function, "local", function, check=check, engines=False)
+        result = run_exercise(spec, Code(setup, ("view",), (_cheat(check),)), timeout=20)
+        assert result.score == 0 and says in result.message, (check, result.message)
+        assert f"{function} raised for the arguments" in result.message
+
+
+def test_the_check_cells_watch_for_the_reference_in_the_kernel(capsys):
+    """In the lab's own check cell (the notebook's kernel, with the whole library), a call
+    into the check's reference is caught as the engines' checks catch the library's ring."""
+    from allreduce.lab import LOCAL_CHECKS
+
+    for check, (function, _, _, _) in KERNEL_CHEATS.items():
+        space: dict = {}
+        exec(_cheat(check), space)  # noqa: S102
+        with pytest.raises(AssertionError, match=f"your {function} called the library's .* which "
+                           "is what the check compares it with"):
+            LOCAL_CHECKS[check](space[function])
+    honest = {}
+    exec("def doubling_crossover(model, p):\n"  # noqa: S102
+         "    import math\n    lg = math.log2(p)\n"
+         "    a, b = lg * (model.beta + model.gamma), (p - 1) / p * (2 * model.beta + model.gamma)\n"
+         "    return None if a <= b else lg * model.alpha / (a - b)\n"
+         "def choose_algorithm(model, p, nbytes):\n"
+         "    return min(('recursive_doubling', 'rabenseifner', 'ring'),\n"
+         "               key=lambda name: model.time(name, p, nbytes))\n", honest)
+    LOCAL_CHECKS["check_crossover"](honest["doubling_crossover"])
+    LOCAL_CHECKS["check_choice"](honest["choose_algorithm"])
+    assert "doubling_crossover: agrees" in capsys.readouterr().out
+
+
+SIDE_CHANNEL = """\
+import os, socket, time
+p, rank, n = comm.size, comm.rank, len(buf)
+scratch = np.zeros(-(-n // p), dtype=buf.dtype)
+for step in range(p - 1):  # the ring's messages, with nothing in them
+    s_lo, s_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+    r_lo, r_hi = chunk_bounds(n, p, (rank - step - 2) % p)
+    comm.sendrecv(np.zeros(s_hi - s_lo, buf.dtype), (rank + 1) % p, scratch[: r_hi - r_lo],
+                  (rank - 1) % p)
+theirs = {rank: buf.copy()}  # the data, through the sandbox instead
+for folder in ("/tmp", "/dev/shm", "/run/grade"):
+    np.save(f"{folder}/side-{n}-{rank}.tmp.npy", buf)
+    os.rename(f"{folder}/side-{n}-{rank}.tmp.npy", f"{folder}/side-{n}-{rank}.npy")
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("127.0.0.1", 42000 + rank))
+udp.setblocking(False)
+deadline = time.monotonic() + 3
+while len(theirs) < p and time.monotonic() < deadline:
+    for r in range(p):
+        udp.sendto(rank.to_bytes(1, "big") + buf.tobytes(), ("127.0.0.1", 42000 + r))
+        for folder in ("/tmp", "/dev/shm", "/run/grade"):
+            if os.path.exists(f"{folder}/side-{n}-{r}.npy"):
+                theirs[r] = np.load(f"{folder}/side-{n}-{r}.npy")
+    try:
+        packet = udp.recv(65536)
+        theirs[packet[0]] = np.frombuffer(packet[1:], dtype=buf.dtype)
+    except BlockingIOError:
+        time.sleep(0.01)
+lo, hi = chunk_bounds(n, p, rank)
+if len(theirs) == p:
+    buf[lo:hi] = sum(theirs.values())[lo:hi]
+return lo, hi"""
+
+
+@needs_sandbox
+def test_no_rank_reaches_another_except_through_the_judge(root, key, monkeypatch):
+    """The ring's pattern with empty messages, and the data through /tmp, /dev/shm, the run
+    folder or loopback UDP: with the four ranks in one sandbox it scored 100%.  Each rank has
+    its own sandbox now (and, as root, its own user id), so none of those reach another."""
+    from allreduce.grading import run
+
+    started = []
+    real = run.Sandbox.start
+
+    def start(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(run.Sandbox, "start", start)
+    result = _graded_reduce_scatter(key, SIDE_CHANNEL)
+    assert result.score == 0, result.message
+    assert re.search("reduce_scatter is wrong for n = 1 on 4 ranks: rank 0, chunk 0 .*"
+                     r"expected the data of all 4 ranks, got ranks 0 \(value",  # its own only
+                     result.message), result.message
+    assert len(started) == 4
+    if os.geteuid() == 0:
+        assert len({s.uid for s in started}) == 4 and None not in {s.uid for s in started}
+
+
+def test_without_a_sandbox_the_grading_tests_skip_loudly_or_fail_when_required(venv_bin,
+                                                                               tmp_path):
+    """Where no sandbox starts (here: ALLREDUCE_BWRAP names no program), the grading tests
+    skip and the run ends with a banner; with ALLREDUCE_REQUIRE_SANDBOX=1 (as .ci/run sets)
+    they fail."""
+    from conftest import child_env
+
+    def pytest_run(**extra):
+        env = dict(child_env(), ALLREDUCE_BWRAP=str(tmp_path / "no-bwrap"), **extra)
+        return subprocess.run([venv_bin / "python", "-m", "pytest", __file__, "-q", "-p",
+                               "no:cacheprovider", "-k", "self_mode"], capture_output=True,
+                              text=True, timeout=120, env=env, check=False)
+
+    skipped = pytest_run()
+    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout, skipped.stdout
+    assert "GRADING TESTS DID NOT RUN: NO SANDBOX" in skipped.stdout
+    assert "bwrap did not run" in skipped.stdout
+    failed = pytest_run(ALLREDUCE_REQUIRE_SANDBOX="1")
+    assert failed.returncode == 1 and "1 error" in failed.stdout, failed.stdout
+    assert "ALLREDUCE_REQUIRE_SANDBOX=1, but no sandbox starts here" in failed.stdout
 
 
 # -- every lab: the key scores 100%, an untouched copy 0 -------------------------------------------
@@ -465,6 +900,24 @@ def test_a_file_that_is_not_a_notebook_scores_zero_with_the_reason(root, tmp_pat
     assert list(graded.results) == ["reduce_scatter", "allgather"]
     for result in graded.results.values():
         assert result.score == 0 and result.message.startswith("not a readable notebook")
+
+
+def test_the_bwrap_used_is_the_instructors_then_the_systems_then_the_wheels(monkeypatch,
+                                                                             tmp_path):
+    """Ubuntu's AppArmor lets the system's /usr/bin/bwrap create user namespaces, not the
+    wheel's copy under .venv: the system's comes first, and ALLREDUCE_BWRAP before both."""
+    from allreduce.grading import sandbox
+
+    monkeypatch.delenv("ALLREDUCE_BWRAP", raising=False)
+    system = tmp_path / "bwrap"
+    system.write_text("#!/bin/sh\n")
+    system.chmod(0o755)
+    monkeypatch.setattr(sandbox, "SYSTEM_BWRAP", system)
+    assert sandbox.bwrap() == system
+    monkeypatch.setattr(sandbox, "SYSTEM_BWRAP", tmp_path / "none")
+    assert sandbox.bwrap() is not None and sandbox.bwrap().name == "bwrap"
+    monkeypatch.setenv("ALLREDUCE_BWRAP", "/opt/bubblewrap/bwrap")
+    assert sandbox.bwrap() == Path("/opt/bubblewrap/bwrap")
 
 
 def test_grading_refuses_without_a_sandbox_unless_told(root, tmp_path, key, monkeypatch, capsys):

@@ -6,18 +6,21 @@ stubs that raise ``NotImplementedError``, outputs stay, and each exercise's poin
 
 ``allreduce-grade LAB SUBMISSIONS/`` (``make grade``) grades every notebook in the folder one
 exercise at a time.  For exercise E, only E's solution cells from the submission, with the
-lab's imports, go into a fresh sandbox (:mod:`~allreduce.grading.sandbox`) where four rank
-processes load them (:mod:`~allreduce.grading.rank`); the judge (:mod:`~allreduce.grading.judge`),
+lab's imports, go to four rank processes (:mod:`~allreduce.grading.rank`), each in a fresh
+sandbox of its own (:mod:`~allreduce.grading.sandbox`) with only the files of the library its
+run needs (:mod:`~allreduce.grading.confine`); the judge (:mod:`~allreduce.grading.judge`),
 in the grader's process, routes and records every message between them and computes every
 ``allreduce.allreduce``; the check's verdict (:mod:`~allreduce.grading.run`) is made from what
 it saw, after the student's code has answered: values against a sum of inputs no rank knows
-in full, and the communication pattern against the library's own algorithm.  The reports
+in full (and, the ranks sharing no file system, network or user, can only learn through the
+judge), and the communication pattern against the library's own algorithm.  The reports
 (:mod:`~allreduce.grading.report`) are a CSV, a feedback file per student, Gradescope's
 ``results.json``, optionally a Canvas gradebook column, and a similarity report.
 
-The modules: ``notebooks`` (markup, specs, student copies), ``wire``, ``sandbox``, ``rank``
-(inside), ``judge``, ``run``, ``batch`` (many runs), ``report``, ``similarity``, ``cli``.
-Nothing here is imported by :mod:`allreduce.lab`.
+The modules: ``notebooks`` (markup, specs, student copies), ``wire``, ``confine`` and
+``sandbox`` (what a run gets), ``rank`` and ``hub`` (inside), ``judge`` and ``matching``,
+``run``, ``batch`` (many runs), ``report``, ``similarity``, ``cli``.  Nothing here is imported
+by :mod:`allreduce.lab`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .judge import STOP
 from .notebooks import Spec, nbformat, role, setup_code, solution_sources, specs
-from .run import Code, Result, run_exercise
+from .run import Code, Result, broke, run_exercise
 from .sandbox import DEFAULT_LIMITS, Limits
 
 
@@ -59,9 +59,17 @@ def graded_code(lab, submission, spec: Spec) -> Code:
 def read_notebook(path: Path):
     """A notebook, or the reason it is not one."""
     try:
-        return nbformat().reads(path.read_bytes().decode(), as_version=4)
+        nb = nbformat().reads(path.read_bytes().decode(), as_version=4)
     except Exception as error:  # noqa: BLE001 - not a notebook at all
         return Result(0.0, f"not a readable notebook: {type(error).__name__}")
+    cells = nb.get("cells")
+    if not isinstance(cells, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("source"), str)
+            and isinstance(c.get("cell_type"), str) and isinstance(c.get("metadata", {}), dict)
+            for c in cells):
+        return Result(0.0, "not a readable notebook: a cell without a text source, a type "
+                           "and metadata")
+    return nb
 
 
 def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
@@ -90,7 +98,10 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
             code = graded_code(key, student, spec)
         except LookupError as error:
             return Result(0.0, str(error))
-        return run_exercise(spec, code, timeout=timeout, sandboxed=sandboxed, limits=limits)
+        try:
+            return run_exercise(spec, code, timeout=timeout, sandboxed=sandboxed, limits=limits)
+        except Exception as error:  # noqa: BLE001 - this exercise scores 0; the others run
+            return Result(0.0, broke(spec.function, error))
 
     def run(number: int, path: Path, spec: Spec) -> None:
         result = result_of(path, spec)

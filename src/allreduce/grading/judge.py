@@ -1,53 +1,24 @@
 """The judge: the grader's side of a run, outside the sandbox.  Every rank is connected to it
-by a socket, and everything a rank does with another goes through it: it matches sends with
-receives as MPI does (in posting order per source, destination and tag), hands the data
-over, computes each ``allreduce.allreduce``, and records what crossed as the tracing
-communicator would (:class:`allreduce.trace.Event`).  So the trace the pattern check reads
-is what actually happened, not what a rank says happened; and since it sees every rank's
-state, it knows a deadlock the moment every rank is waiting for something no rank will do.
+by a socket, and everything a rank does with another goes through it: the judge reads the
+ranks' frames, puts each case to them, and hands every request to the case's bookkeeping
+(:mod:`allreduce.grading.matching`), which matches sends with receives as MPI does, computes
+each ``allreduce.allreduce`` and records what crossed.  So the trace the pattern check reads
+is what actually happened, not what a rank says happened.
 """
 
 from __future__ import annotations
 
-import re
 import selectors
 import socket
 import threading
 import time
-from collections import defaultdict, deque
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..trace import Event
 from . import wire
+from .matching import Case, Failure, Outcome, clean
 
-MAX_EVENTS = 100_000  # messages and waits one rank may make in one case
-MAX_QUEUED = 256 << 20  # bytes sent and not yet received, in all, that the judge will hold
+__all__ = ["STOP", "Failure", "Judge", "Outcome", "clean"]
+
 STOP = threading.Event()  # set on Ctrl-C: every judge gives up within a second
-_REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum,
-           "prod": np.multiply}
-
-
-class Failure(Exception):
-    """The case failed; the message is for the student."""
-
-
-def clean(text, limit: int = 600) -> str:
-    """Untrusted text (from a rank) made safe to show: one line, printable, bounded."""
-    text = re.sub(r"[\x00-\x1f\x7f]+", " ", str(text)).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclass
-class Outcome:
-    """One case: each rank's result frame, its events, and the element count of each
-    ``allreduce.allreduce`` it made; ``collectives`` counts the all-gathers it asked for."""
-
-    results: list
-    events: list[list[Event]]
-    allreduces: list[list[int]]
-    collectives: list[int] = field(default_factory=list)
 
 
 class Judge:
@@ -119,7 +90,7 @@ class Judge:
 
     def case(self, headers: list[tuple[dict, list]], timeout: float, what: str) -> Outcome:
         """Send each rank its case and serve it until every rank has answered."""
-        state = _Case(self)
+        state = Case(self)
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout
@@ -133,180 +104,3 @@ class Judge:
     def bye(self) -> None:
         for rank in range(self.size):
             self.send(rank, {"op": "bye"})
-
-
-class _Case:
-    """What the judge knows during one case."""
-
-    def __init__(self, judge: Judge):
-        self.judge, size = judge, judge.size
-        self.events: list[list[Event]] = [[] for _ in range(size)]
-        self.kinds: list[dict[int, tuple[str, int]]] = [{} for _ in range(size)]  # id: kind, event
-        self.sends: dict = defaultdict(deque)  # (source, dest, tag): sends not yet received
-        self.recvs: dict = defaultdict(deque)  # (source, dest, tag): receives not yet matched
-        self.arrived: list[dict[int, bytes]] = [{} for _ in range(size)]
-        self.state: list = [None] * size  # None: running; else what the rank waits for
-        self.allreduces: list[list[int]] = [[] for _ in range(size)]
-        self.collectives = [0] * size
-        self.queued = 0  # bytes of sends not yet received
-
-    # -- one frame
-    def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
-        op = header.get("op")
-        if self.state[rank] is not None:
-            raise Failure(f"rank {rank} spoke out of turn ({clean(op, 40)})")
-        if op == "error":
-            where = f" ({clean(header['where'], 120)})" if header.get("where") else ""
-            raise Failure(clean(header.get("message")) + where)
-        if op in ("isend", "irecv"):
-            self._post(rank, op, header, blobs)
-        elif op == "wait":
-            self.state[rank] = ("wait", header.get("ids"))
-        elif op in ("barrier", "allgather", "allreduce"):
-            self.state[rank] = (op, header, blobs)
-        elif op == "result":
-            self.state[rank] = ("done", header, blobs)
-        else:
-            raise Failure(f"rank {rank} sent the grader an unknown request {clean(op, 40)!r}")
-        self._progress()
-
-    def _post(self, rank: int, op: str, header: dict, blobs: list[bytes]) -> None:
-        peer, tag, count, dtype = (header.get(k) for k in ("peer", "tag", "count", "dtype"))
-        request = header.get("id")
-        if not (isinstance(peer, int) and 0 <= peer < self.judge.size):
-            raise Failure(f"rank {rank} addressed rank {clean(peer, 20)}, but the ranks are "
-                          f"0..{self.judge.size - 1}")
-        if not isinstance(tag, int) or not isinstance(count, int) or count < 0 \
-                or dtype not in wire.DTYPES or not isinstance(request, int) \
-                or request in self.kinds[rank]:
-            raise Failure(f"rank {rank} sent the grader a malformed {op}")
-        if len(self.events[rank]) >= MAX_EVENTS:
-            raise Failure(f"rank {rank} made more than {MAX_EVENTS} sends and receives in one "
-                          "case")
-        nbytes = count * np.dtype(dtype).itemsize
-        kind = "send" if op == "isend" else "recv"
-        event = Event(kind, rank, peer, tag, count, nbytes, id=len(self.events[rank]))
-        self.events[rank].append(event)
-        self.kinds[rank][request] = (kind, event.id)
-        if kind == "send":
-            if len(blobs) != 1 or len(blobs[0]) != nbytes:
-                raise Failure(f"rank {rank} sent the grader a malformed isend")
-            key = (rank, peer, tag)
-            self.sends[key].append((dtype, count, blobs[0]))
-            self.queued += nbytes
-            if self.queued > MAX_QUEUED:
-                raise Failure(f"more than {MAX_QUEUED >> 20} MiB of messages were sent and not "
-                              "received: does every send have its receive?")
-        else:
-            key = (peer, rank, tag)
-            self.recvs[key].append((request, dtype, count))
-        self._match(key)
-
-    def _match(self, key) -> None:
-        source, dest, _ = key
-        while self.sends[key] and self.recvs[key]:
-            dtype, count, data = self.sends[key].popleft()
-            request, want_dtype, want_count = self.recvs[key].popleft()
-            self.queued -= len(data)
-            if (dtype, count) != (want_dtype, want_count):
-                raise Failure(
-                    f"rank {source} sent {count} {dtype} elements to rank {dest}, which posted a "
-                    f"receive for {want_count} {want_dtype} elements: sender and receiver "
-                    "disagree on the chunk")
-            self.arrived[dest][request] = data
-
-    # -- moving on
-    def _progress(self) -> None:
-        moved = True
-        while moved:
-            moved = False
-            for rank, state in enumerate(self.state):
-                if state and state[0] == "wait" and self._try_wait(rank, state[1]):
-                    moved = True
-            kinds = {s[0] for s in self.state if s}
-            if None not in self.state and len(kinds) == 1 and kinds <= {"barrier", "allgather",
-                                                                         "allreduce"}:
-                self._collective(kinds.pop())
-                moved = True
-        if None not in self.state and not self.finished():
-            raise Failure(self._deadlock())
-
-    def _try_wait(self, rank: int, ids) -> bool:
-        if not isinstance(ids, list) or not all(i in self.kinds[rank] for i in ids):
-            raise Failure(f"rank {rank} waited for a request it never made")
-        receives = [i for i in ids if self.kinds[rank][i][0] == "recv"]
-        if not all(i in self.arrived[rank] for i in receives):
-            return False
-        self.events[rank].append(Event("wait", rank, requests=tuple(
-            self.kinds[rank][i][1] for i in ids), id=len(self.events[rank])))
-        for i in ids:
-            del self.kinds[rank][i]
-        self.state[rank] = None
-        self.judge.send(rank, {"op": "done"}, [self.arrived[rank].pop(i) for i in receives])
-        return True
-
-    def _collective(self, kind: str) -> None:
-        headers = [s[1] for s in self.state]
-        if kind == "barrier":
-            replies = [({"op": "done"}, [])] * self.judge.size
-        elif kind == "allgather":
-            values = [h.get("value") for h in headers]
-            self.collectives = [c + 1 for c in self.collectives]
-            replies = [({"op": "done", "values": values}, [])] * self.judge.size
-        else:
-            replies = self._allreduce(headers, [s[2] for s in self.state])
-        self.state = [None] * self.judge.size
-        for rank, (header, blobs) in enumerate(replies):
-            self.judge.send(rank, header, blobs)
-
-    def _allreduce(self, headers, blobs):
-        calls = [(h.get("dtype"), h.get("count"), h.get("reduce")) for h in headers]
-        dtype, count, op = calls[0]
-        if any(call != calls[0] for call in calls):
-            shown = "; ".join(f"rank {r}: {clean(c[1], 20)} {clean(c[0], 10)} elements, "
-                              f"{clean(c[2], 10)}" for r, c in enumerate(calls))
-            raise Failure(f"the ranks' allreduce.allreduce calls disagree ({shown})")
-        if dtype not in wire.DTYPES or op not in _REDUCE or not isinstance(count, int):
-            raise Failure(f"allreduce.allreduce was called with op {clean(op, 20)!r} on "
-                          f"{clean(dtype, 20)} data, which the grader does not reduce")
-        if op == "mean" and not np.issubdtype(np.dtype(dtype), np.floating):
-            raise Failure("allreduce.allreduce: op='mean' needs a floating-point dtype")
-        arrays = []
-        for b in blobs:
-            if len(b) != 1 or len(b[0]) != count * np.dtype(dtype).itemsize:
-                raise Failure("a rank sent the grader a malformed allreduce")
-            arrays.append(np.frombuffer(b[0], dtype=dtype))
-        total = arrays[0].copy()
-        for other in arrays[1:]:  # in rank order, as the library's naive algorithm adds
-            _REDUCE[op](total, other, out=total)
-        if op == "mean":
-            total /= np.asarray(self.judge.size, dtype=dtype)
-        for rank in range(self.judge.size):
-            self.allreduces[rank].append(count)
-        return [({"op": "done"}, [total.tobytes()])] * self.judge.size
-
-    def _deadlock(self) -> str:
-        kinds = sorted({s[0] for s in self.state})
-        if len(set(kinds) - {"wait", "done"}) and len(set(kinds)) > 1:
-            shown = ", ".join(f"rank {r}: {s[0]}" for r, s in enumerate(self.state))
-            return f"the ranks called different collectives ({shown}): every rank must make the same calls"
-        stuck = []
-        for rank, state in enumerate(self.state):
-            if state[0] == "wait":
-                missing = [self.events[rank][self.kinds[rank][i][1]] for i in state[1]
-                           if self.kinds[rank][i][0] == "recv" and i not in self.arrived[rank]]
-                stuck.append(f"rank {rank} waits for a message from rank {missing[0].peer} "
-                             f"({missing[0].count} elements)")
-            elif state[0] == "done":
-                stuck.append(f"rank {rank} has returned")
-            else:
-                stuck.append(f"rank {rank} is in {state[0]}")
-        return ("deadlock: " + "; ".join(stuck) + ". No rank can go on: a receive has no "
-                "matching send")
-
-    def finished(self) -> bool:
-        return all(s is not None and s[0] == "done" for s in self.state)
-
-    def outcome(self) -> Outcome:
-        return Outcome([(s[1], s[2]) for s in self.state], self.events, self.allreduces,
-                       self.collectives)

@@ -31,8 +31,11 @@ def nbformat():
 
 def role(cell) -> tuple[str, str] | None:
     """``(exercise, role)`` of a marked cell, else ``None``."""
-    mark = cell.get("metadata", {}).get("allreduce")
-    return (mark["exercise"], mark["role"]) if mark and "exercise" in mark else None
+    metadata = cell.get("metadata", {})
+    mark = metadata.get("allreduce") if isinstance(metadata, dict) else None
+    if not isinstance(mark, dict) or not isinstance(mark.get("exercise"), str):
+        return None  # not marked, or marked by hand in a way the grader does not read
+    return (mark["exercise"], mark.get("role"))
 
 
 def exercises(nb) -> list[str]:

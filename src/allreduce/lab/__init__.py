@@ -21,12 +21,20 @@ start --engines=MPI`` in an allocation, or ``--engines=Slurm``/``SSH``) and conn
 """
 
 from ..launch import ONE_THREAD_PER_RANK, mpiexec, rank_environment
-from .checks import CHECK_COUNTS, PHASES, check
+from .checks import CHECK_COUNTS, PHASES
 from .cluster import cluster, start, stop
-from .exercises import (LOCAL_CHECKS, check_busbw, check_choice, check_crossover,
-                        check_ddp_buckets, check_error_feedback, check_fit, check_merge,
-                        check_overlap)
+from .engines import check
+from .exercises import (
+    LOCAL_CHECKS,
+    check_busbw,
+    check_choice,
+    check_crossover,
+    check_ddp_buckets,
+    check_fit,
+)
+from .overlap import check_overlap
 from .patterns import PATTERNS
+from .sparse_exercises import check_error_feedback, check_merge
 
 __all__ = ["CHECK_COUNTS", "LOCAL_CHECKS", "ONE_THREAD_PER_RANK", "PATTERNS", "PHASES", "check",
            "check_busbw", "check_choice", "check_crossover", "check_ddp_buckets",

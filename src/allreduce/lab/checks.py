@@ -1,31 +1,29 @@
-"""The labs' check cells for the algorithms: the student's function runs on the engines
-through a checking communicator, against the sum the check computes itself, and must also
-follow the exercise's communication pattern (:mod:`allreduce.lab.patterns`).
+"""The values of the algorithm exercises' checks: the student's function runs through a
+checking communicator (:func:`facade`), against the sum the check computes itself; its
+communication pattern is checked apart (:mod:`allreduce.lab.patterns`).
 
 A check has three parts, kept apart so that the grader can run them in different places
 (:mod:`allreduce.grading`): :func:`inputs` makes every rank's data and the expected result,
 :func:`run` calls the student's function on one rank, and :func:`judge` says what is wrong
-with one rank's result.  :func:`check` runs all three on the engines, for a lab's check cell.
+with one rank's result.  :func:`allreduce.lab.engines.check` runs all three on the engines,
+for a lab's check cell.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
 from ..algorithms._schedule import chunk_bounds
 from ..comm import Communicator
-from .patterns import DEFAULT_PATTERN, PATTERNS, Guard, compare
+from .patterns import sparse_supports
 
-# A lab's check cell calls check(view, name, phase) with the name of the student's function
-# on the engines and what it should do (a key of PHASES).  It runs there on a duplicate of
-# MPI.COMM_WORLD, for several sizes including ones p does not divide, and prints one
-# deterministic line.  A wrong answer raises AssertionError naming the size, the rank, the
-# chunk and the expected and actual values; a wrong pattern names what was sent.  Inputs are
-# contribution bit sets (rank r adds 2**r) above which each element carries a number only
-# that rank knows, so "actual" says exactly which ranks' data a chunk holds, and no rank can
-# produce the sum without receiving the others' data.
+# A check runs for several sizes (CHECK_COUNTS, including ones p does not divide) of what a
+# function should do (a key of PHASES).  Inputs are contribution bit sets (rank r adds 2**r)
+# above which each element carries a number only that rank knows, so "actual" says exactly
+# which ranks' data a chunk holds.  In the grader, where each rank has a sandbox of its own,
+# no rank can produce the sum without receiving the others' data through the judge; the
+# lab's engines share a machine (its /tmp, its loopback), so there a student could pass the
+# data another way: a check cell is practice, the grader's verdict is the grade.
 
 CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
 PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients",
@@ -156,26 +154,12 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
     return _all_chunks_wrong(name, n, rank, size, buf, expected)
 
 
-def sparse_supports(n: int, size: int) -> list[np.ndarray]:
-    """Every rank's indices for the sparse checks: a fixed draw (so that the library's own
-    trace, the pattern, has the same messages) that overlaps and clusters in the low
-    indices, as Top-k gradients do; about a third of n on each rank, none on rank 1."""
-    rng = np.random.default_rng([n, size])
-    weights = np.exp(-np.arange(n) / max(n / 4, 1))
-    supports = []
-    for rank in range(size):
-        k = 0 if rank == 1 else min(n, max(1, n // 3))
-        chosen = rng.choice(n, size=k, replace=False, p=weights / weights.sum()) if n else []
-        supports.append(np.sort(np.asarray(chosen, np.int64)))
-    return supports
-
-
 def _sparse_chunk_wrong(name, n, rank, size, got, expected) -> str | None:
     lo, hi = chunk_bounds(n, size, rank)
     if "indices" not in got:
         return (f"{name} returned {got.get('returned')} on rank {rank} for n = {n}; it should "
                 f"return the pair (indices, values) of chunk {rank}, elements {lo}..{hi - 1}")
-    indices, values = got["indices"], got["values"]
+    indices, values = (np.asarray(got.get(k)) for k in ("indices", "values"))
     want = np.flatnonzero(expected[lo:hi]) + lo  # every value is positive: no sum is zero
     if indices.shape != want.shape or not np.array_equal(indices, want):
         return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank} returned indices "
@@ -191,7 +175,8 @@ def _sparse_chunk_wrong(name, n, rank, size, got, expected) -> str | None:
 
 
 def _short(array) -> str:
-    items = [int(v) for v in np.asarray(array).ravel()[:6]]
+    items = [int(v) if isinstance(v, (int, np.integer)) else v
+             for v in np.asarray(array).ravel()[:6]]
     return str(items)[:-1] + (", ...]" if np.size(array) > 6 else "]")
 
 
@@ -200,7 +185,7 @@ def _short(array) -> str:
 def facade(target: Communicator, trusted) -> Communicator:
     """A communicator that does what ``target`` does and offers nothing else: no attribute
     leads to ``target`` or to a raw MPI communicator (the student's function gets this).
-    Its calls run inside ``trusted()`` (see :class:`~allreduce.lab.patterns.Guard`)."""
+    Its calls run inside ``trusted()`` (see :class:`~allreduce.lab.guard.Guard`)."""
 
     class CheckingCommunicator(Communicator):
         __slots__ = ()
@@ -248,135 +233,3 @@ def facade(target: Communicator, trusted) -> Communicator:
                 return target.nodes()
 
     return CheckingCommunicator()
-
-
-def _mpi_communicator(world, patience: float) -> Communicator:
-    """The library's MPI communicator, except that every wait gives up after ``patience``
-    seconds without completing: a student's deadlock becomes an error on every rank
-    instead of stuck engines."""
-    from mpi4py import MPI
-
-    from ..transports.mpi import MPICommunicator
-
-    class Patient(MPICommunicator):
-        # the non-blocking forms and waitall below, instead of MPI's blocking calls
-        send, recv, sendrecv = Communicator.send, Communicator.recv, Communicator.sendrecv
-        wait = Communicator.wait
-        receives_any_length = False
-
-        def waitall(self, requests):
-            requests = list(requests)
-            statuses = [MPI.Status() for _ in requests]
-            deadline = time.monotonic() + patience
-            while not self._testall(requests, statuses):
-                if time.monotonic() > deadline:
-                    for request in requests:
-                        if request != MPI.REQUEST_NULL:
-                            request.Cancel()
-                    raise TimeoutError(f"rank {self.rank} waited {patience:.0f} s for a message "
-                                       "that never came: a deadlock?")
-                time.sleep(0.0005)
-
-        @staticmethod
-        def _testall(requests, statuses) -> bool:
-            try:
-                return MPI.Request.Testall(requests, statuses)
-            except MPI.Exception:  # the reason is in the statuses
-                errors = [s.Get_error() for s in statuses if s.Get_error() != MPI.SUCCESS]
-                if MPI.ERR_TRUNCATE in [MPI.Get_error_class(e) for e in errors]:
-                    raise RuntimeError("a message was longer than its receive buffer: sender "
-                                       "and receiver disagree on the chunk") from None
-                raise RuntimeError("; ".join(MPI.Get_error_string(e) for e in errors)) from None
-
-    return Patient(world)
-
-
-def _run_check(function, name: str, phase: str, pattern: str, counts,
-               patience: float) -> list[tuple[int, int, str]]:
-    """On each engine: run the student's ``function`` for every count; return the problems
-    as ``(n, rank, message)``.  The ranks stop together at the first count where any of
-    them found a problem."""
-    from mpi4py import MPI
-
-    from ..trace import TracingCommunicator
-
-    world = MPI.COMM_WORLD
-    rank, size = world.rank, world.size
-    problems: list[tuple[int, int, str]] = []
-    for n in counts:
-        private = world.Dup()  # the student's messages cannot meet anyone else's
-        given, expected = inputs(phase, n, size, np.random.default_rng(n))
-        guard = Guard(name, allow_allreduce=pattern == "one_allreduce")
-        tracer = TracingCommunicator(_mpi_communicator(private, patience))
-        try:
-            with guard:
-                got = run(phase, function, facade(tracer, guard.trusted), given[rank])
-            problem = guard.violation or judge(phase, name, n, rank, size, got, expected)
-        except Exception as error:  # noqa: BLE001 - reported: the other ranks must get here too
-            problem = guard.violation or (f"{name} raised on rank {rank} for n = {n}: "
-                                          f"{type(error).__name__}: {error}")
-        private.Free()
-        if not world.allreduce(bool(problem), op=MPI.LOR):
-            problem = pattern_problem(name, pattern, n, size, world.allgather(tracer.events),
-                                      world.allgather(guard.allreduce_calls))
-            problem = problem if rank == 0 else None
-        if problem:
-            problems.append((n, rank, problem))
-        if world.allreduce(bool(problem), op=MPI.LOR):
-            break
-    return problems
-
-
-def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduce_calls,
-                    allreduce_counts=None) -> str | None:
-    """The pattern check for one case, from every rank's events (sends, receives, waits)
-    and the number of ``allreduce.allreduce`` calls each rank made (and, when known, how many
-    elements each call reduced)."""
-    from ..trace import Trace
-
-    if pattern == "one_allreduce":
-        for rank, calls in enumerate(allreduce_calls):
-            if calls != 1:
-                return (f"your {name} called allreduce.allreduce {calls} times on rank {rank} "
-                        f"for n = {n}; it must {PATTERNS[pattern].does}")
-        total = 6 * n  # three gradients of n, 2n and 3n elements
-        for rank, counts in enumerate(allreduce_counts or []):
-            if counts and counts != [total]:
-                return (f"your {name} reduced {counts[0]} elements in its allreduce on rank "
-                        f"{rank} for n = {n}, not all {total} elements of the gradients; it must "
-                        f"{PATTERNS[pattern].does}")
-        return None
-    return compare(name, pattern, Trace(list(events), itemsize=8), n)
-
-
-def check(view, function: str, phase: str, *, pattern: str | None = None,
-          counts=CHECK_COUNTS, timeout: float = 30, patience: float = 5) -> None:
-    """A lab's check cell: run the engines' ``function`` as ``phase`` (one of
-    :data:`PHASES`) for each count in ``counts``, check its values and its communication
-    pattern (``pattern``, a key of :data:`allreduce.lab.patterns.PATTERNS`; by default the
-    phase's own), and print one deterministic line, or raise ``AssertionError`` with the
-    first problem (smallest count, then lowest rank).  A wait that makes no progress for
-    ``patience`` seconds is reported as a deadlock."""
-    import ipyparallel as ipp
-
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
-    pattern = pattern or DEFAULT_PATTERN.get(phase)
-    if pattern not in PATTERNS:
-        raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
-    result = view.apply_async(_run_check, ipp.Reference(function), function, phase, pattern,
-                              list(counts), patience)
-    try:
-        problems = result.get(timeout=timeout)
-    except ipp.error.TimeoutError:
-        raise TimeoutError(
-            f"{function} did not finish on all ranks within {timeout:.0f} s: a deadlock (a "
-            "receive with no matching send) or an endless loop.  The engines are stuck; "
-            "restart the kernel, which stops them, and run the notebook again.") from None
-    found = sorted(problem for per_rank in problems for problem in per_rank)
-    if found:  # the smallest size, then the lowest rank: the same report on every run
-        # a rank that raised explains the others' time-outs, so it goes first
-        found.sort(key=lambda p: (p[0], "TimeoutError" in p[2], p[1]))
-        more = f"  ({len(found) - 1} more on other ranks)" if len(found) > 1 else ""
-        raise AssertionError(found[0][2] + more)
-    print(f"{function}: correct on {len(view)} ranks for n = {', '.join(map(str, counts))}")

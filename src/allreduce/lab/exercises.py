@@ -1,43 +1,13 @@
-"""The labs' other check cells: exercises checked here in the kernel (a fit, a rule, a
-formula, DDP's buckets) or by training on the engines (the capstone's overlap)."""
+"""The labs' check cells in the kernel (:class:`~allreduce.lab.local.LocalCheck`): a fit, a
+rule, a formula, DDP's buckets; with the sparse lab's (:mod:`allreduce.lab.sparse_exercises`)
+they make :data:`LOCAL_CHECKS`, which the grader reads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
-
-def _plain(value):
-    """``value`` as plain JSON-able Python (what a result can travel as), or a marker of
-    its type when it cannot be one."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
-    return {"unreadable": type(value).__name__}
-
-
-@dataclass(frozen=True)
-class LocalCheck:
-    """A check of a function that runs in the kernel, in three parts kept apart so that the
-    grader can call the student's function in one process and judge in another:
-    ``cases()`` (plain data), ``call(function, case)`` (the student's result, made plain by
-    :func:`_plain`) and ``verdict(cases, results)`` (raises ``AssertionError``, or returns
-    the line a passing check prints)."""
-
-    cases: Callable[[], list]
-    call: Callable[[Callable, Any], Any]
-    verdict: Callable[[list, list], str]
-
-    def __call__(self, function) -> None:
-        cases = self.cases()
-        print(self.verdict(cases, [_plain(self.call(function, case)) for case in cases]))
-
+from .local import LocalCheck
+from .sparse_exercises import check_error_feedback, check_merge
 
 # -- the alpha-beta fit ----------------------------------------------------------------------
 
@@ -68,7 +38,8 @@ def _fit_verdict(cases, results) -> str:
 #: ``function(sizes, seconds)`` must return ``(alpha, beta)`` minimising the squared relative
 #: error, as :func:`allreduce.cost.fit` does, on synthetic ping-pong times with known α and β
 #: and a fixed 5% ripple.  Runs here, not on the engines.
-check_fit = LocalCheck(_fit_cases, lambda f, case: f(*case), _fit_verdict)
+check_fit = LocalCheck(_fit_cases, lambda f, case, given: f(*case), _fit_verdict,
+                       ("allreduce.cost.fit",))
 
 
 def _check_models():
@@ -78,6 +49,32 @@ def _check_models():
     from ..algorithms.auto import DEFAULT_MODEL
 
     return {"the reference machine": DEFAULT_MODEL, **cost.NETWORKS}
+
+
+def _models_given() -> dict:
+    """The machines' parameters and the formulas of ``auto``'s candidates, as plain data:
+    what the calls below build the student's model from (a graded run has the cost model
+    but no algorithm module to register the formulas)."""
+    from dataclasses import asdict
+
+    from .. import cost
+    from ..algorithms.auto import CANDIDATES
+
+    return {"models": {name: asdict(model) for name, model in _check_models().items()},
+            "formulas": {name: asdict(cost.FORMULAS[name]) for name in CANDIDATES}}
+
+
+def _model(given: dict, machine: str):
+    """The :class:`allreduce.cost.Model` of ``machine``, with the candidates' formulas
+    registered where nothing has registered them."""
+    from .. import cost
+
+    for name, fields in given["formulas"].items():
+        if name not in cost.FORMULAS:
+            cost.FORMULAS[name] = cost.Formula(
+                fields["steps"], fields["bytes"], fields["reduced"],
+                tuple(map(tuple, fields["constants"])), tuple(map(tuple, fields["options"])))
+    return cost.Model(**given["models"][machine])
 
 
 # -- choosing an algorithm -------------------------------------------------------------------
@@ -109,8 +106,8 @@ def _choice_verdict(cases, results) -> str:
 #: algorithm"): it must name a candidate of ``auto`` with the smallest predicted time, on
 #: three machines, 2 to 4,096 ranks and 8 B to 512 MiB.  Runs here.
 check_choice = LocalCheck(
-    _choice_cases, lambda f, case: f(_check_models()[case[0]], case[1], case[2]),
-    _choice_verdict)
+    _choice_cases, lambda f, case, given: f(_model(given, case[0]), case[1], case[2]),
+    _choice_verdict, ("allreduce.algorithms.auto",), _models_given)
 
 
 def _crossover_cases():
@@ -138,7 +135,9 @@ def _crossover_verdict(cases, results) -> str:
 #: bytes at which Rabenseifner overtakes recursive doubling on a power-of-two ``p``, against
 #: :func:`allreduce.cost.crossover`'s bisection.  Runs here.
 check_crossover = LocalCheck(
-    _crossover_cases, lambda f, case: f(_check_models()[case[0]], case[1]), _crossover_verdict)
+    _crossover_cases, lambda f, case, given: f(_model(given, case[0]), case[1]),
+    _crossover_verdict, ("allreduce.cost.crossover", "allreduce.cost.crossing",
+                         "allreduce.cost.measured_crossover"), _models_given)
 
 
 # -- NCCL ------------------------------------------------------------------------------------
@@ -162,7 +161,8 @@ def _busbw_verdict(cases, results) -> str:
 
 #: Check cell for the exercise ``busbw(nbytes, seconds, p)`` (chapter "Allreduce on GPUs:
 #: NCCL"), against :func:`allreduce.cost.busbw`.  Runs here.
-check_busbw = LocalCheck(_busbw_cases, lambda f, case: f(*case), _busbw_verdict)
+check_busbw = LocalCheck(_busbw_cases, lambda f, case, given: f(*case), _busbw_verdict,
+                         ("allreduce.cost.busbw",))
 
 
 def _bucket_cases():
@@ -186,163 +186,12 @@ def _bucket_verdict(cases, results) -> str:
 #: Check cell for the exercise ``ddp_buckets(sizes, cap)``: the buckets DDP reduces after its
 #: rebuild (:func:`allreduce.ddp_buckets.ddp_buckets`, checked against a real DDP by the
 #: test suite).  Runs here.
-check_ddp_buckets = LocalCheck(_bucket_cases, lambda f, case: f(*case), _bucket_verdict)
+check_ddp_buckets = LocalCheck(_bucket_cases, lambda f, case, given: f(*case), _bucket_verdict,
+                               ("allreduce.ddp_buckets",))
 
-# -- sparse allreduce ------------------------------------------------------------------------
-
-def _sparse_pairs(rng, n: int, k: int, low: int = -3, high: int = 4):
-    indices = sorted(int(i) for i in rng.choice(n, size=min(k, n), replace=False)) if n else []
-    return [indices, [int(v) for v in rng.integers(low, high, len(indices))]]
-
-
-def _merge_cases():
-    rng = np.random.default_rng(5)
-    cases = [[[], [], [], []], [[2, 5], [1, 1], [], []], [[], [], [0, 9], [4, -4]],
-             [[1, 3], [2, -7], [1, 3], [-2, 7]], [[0, 1, 2], [1, 1, 1], [3, 4], [1, 1]],
-             [[7], [1], [0, 7, 8], [1, 1, 1]]]
-    for _ in range(40):
-        n = int(rng.integers(1, 60))
-        cases.append(_sparse_pairs(rng, n, int(rng.integers(0, n + 1)))
-                     + _sparse_pairs(rng, n, int(rng.integers(0, n + 1))))
-    return cases
-
-
-def _merge_verdict(cases, results) -> str:
-    from ..sparse.vector import merge
-
-    for (ia, va, ib, vb), got in zip(cases, results, strict=True):
-        runs = [(np.array(ia, np.int64), np.array(va, np.int64)),
-                (np.array(ib, np.int64), np.array(vb, np.int64))]
-        indices, values = merge(runs, np.dtype(np.int64))
-        want = [indices.tolist(), values.tolist()]
-        if got != want:
-            raise AssertionError(f"merging ({ia}, {va}) and ({ib}, {vb}): got {got}, expected "
-                                 f"{want} (every index of either, once, in order; the sum "
-                                 "where both have it, kept even when it is 0)")
-    return f"merge_two: the sum of two sparse vectors in all {len(cases)} cases"
-
-
-#: Check cell for the exercise ``merge_two(ia, va, ib, vb)`` (chapter "Sparse allreduce"):
-#: the sum of two sparse vectors on the union of their supports, against
-#: :func:`allreduce.sparse.vector.merge`.  Runs here.
-check_merge = LocalCheck(
-    _merge_cases,
-    lambda f, case: f(*(np.array(x, np.int64) for x in case)),
-    _merge_verdict)
-
-
-def _feedback_cases():
-    rng = np.random.default_rng(6)
-    cases = [[[3.0, -1.0, 0.5, 4.0], [0.0, 0.0, 0.0, 0.0], 2],
-             [[1.0, 1.0, 1.0], [0.0, 0.5, -2.0], 1],  # the residual changes the choice
-             [[0.0, 0.0], [0.0, 0.0], 0], [[1.0, -2.0], [0.25, 0.0], 2]]
-    for _ in range(30):
-        n = int(rng.integers(1, 50))
-        gradient = [float(x) for x in rng.integers(-40, 40, n) / 8]
-        residual = [float(x) for x in rng.integers(-40, 40, n) / 8]
-        cases.append([gradient, residual, int(rng.integers(0, n + 1))])
-    return cases
-
-
-def _feedback_verdict(cases, results) -> str:
-    from ..sparse.compression import topk
-
-    for (gradient, residual, k), got in zip(cases, results, strict=True):
-        corrected = np.array(gradient) + np.array(residual)
-        indices, values = topk(corrected, k)
-        left = corrected.copy()
-        left[indices] = 0
-        want = [indices.tolist(), values.tolist(), left.tolist()]
-        if got != want:
-            raise AssertionError(
-                f"gradient {gradient}, residual {residual}, k = {k}: got {got}, expected "
-                f"{want} (the k largest |gradient + residual|, ties to the lower index, sorted "
-                "by index; the new residual is gradient + residual with those entries zeroed)")
-    return f"compress_with_feedback: Top-k with error feedback in all {len(cases)} cases"
-
-
-#: Check cell for the exercise ``compress_with_feedback(gradient, residual, k)`` (chapter
-#: "Sparse allreduce"): Top-k of the corrected gradient and the new residual, against
-#: :func:`allreduce.sparse.compression.topk`.  Runs here.
-check_error_feedback = LocalCheck(
-    _feedback_cases,
-    lambda f, case: f(np.array(case[0]), np.array(case[1]), case[2]),
-    _feedback_verdict)
 
 #: The checks above by the name a check cell calls them with (the grader reads it there).
 LOCAL_CHECKS = {"check_fit": check_fit, "check_choice": check_choice,
                 "check_crossover": check_crossover, "check_busbw": check_busbw,
                 "check_ddp_buckets": check_ddp_buckets, "check_merge": check_merge,
                 "check_error_feedback": check_error_feedback}
-
-
-class SubmitLog:
-    """Wraps the ``thread`` that ``attach_overlap(model, thread)`` is given and notes every
-    submission made outside the backward pass: the overlap must hand each gradient over from
-    a hook, while backward is still running, not after it."""
-
-    def __init__(self, attach):
-        self.attach, self.late = attach, 0
-
-    def __call__(self, model, thread) -> None:
-        log = self
-
-        class Thread:
-            __slots__ = ()
-
-            def submit(self, grad) -> None:
-                import torch
-
-                if torch._C._current_graph_task_id() == -1:  # not inside backward
-                    log.late += 1
-                thread.submit(grad)
-
-        self.attach(model, Thread())
-
-    def problem(self, name: str) -> str | None:
-        if self.late:
-            return (f"{name} submitted {self.late} gradients after backward had finished: the "
-                    "overlap must submit each gradient from a hook, as backward produces it "
-                    "(register_post_accumulate_grad_hook)")
-        return None
-
-
-def _overlap_check(attach, name: str, steps: int) -> str | None:
-    """On each engine: train with the student's hooks and without overlap; compare."""
-    from mpi4py import MPI
-
-    from ..training import train
-
-    world = MPI.COMM_WORLD
-    private = world.Dup()
-    log = SubmitLog(attach)
-    try:
-        plain = train(private, average="per_tensor", steps=steps)
-        overlapped = train(private, average="overlap", attach=log, steps=steps)
-    finally:
-        private.Free()
-    if overlapped.weights.tobytes() != plain.weights.tobytes():
-        worst = int(np.argmax(np.abs(overlapped.weights - plain.weights)))
-        return (f"rank {world.rank}: after {steps} steps weight {worst} is "
-                f"{overlapped.weights[worst]:.6g} with your hooks, {plain.weights[worst]:.6g} "
-                "without overlap (is every gradient submitted exactly once?)")
-    return log.problem(name)
-
-
-def check_overlap(view, function: str, *, steps: int = 5, timeout: float = 60) -> None:
-    """Check cell for the exercise ``attach_overlap(model, thread)`` (the capstone): train
-    on the engines with the student's hooks and without overlap; the weights must be the
-    same bits, and every gradient must be submitted during backward."""
-    import ipyparallel as ipp
-
-    result = view.apply_async(_overlap_check, ipp.Reference(function), function, steps)
-    try:
-        problems = [p for p in result.get(timeout=timeout) if p]
-    except ipp.error.TimeoutError:
-        raise TimeoutError(f"{function}: training did not finish within {timeout:.0f} s on "
-                           "every rank: were the gradients submitted in a different order on "
-                           "different ranks?  Restart the kernel and run again.") from None
-    if problems:
-        raise AssertionError(problems[0])
-    print(f"{function}: the same weights as without overlap after {steps} steps, on "
-          f"{len(view)} ranks")

@@ -9,21 +9,16 @@ with what the library's own algorithm sends, recorded by the tracing communicato
 (:mod:`allreduce.trace`) on thread ranks: per rank, the non-empty messages sent and
 received (peer and length, in any order) and the number of steps on the critical path.
 
-:class:`Guard` watches, while the student's function runs, for calls that hand the work to
-somebody else: into mpi4py, or into the library's algorithms and entry points, except
-through the checking communicator.  Both the labs' check cells (:mod:`allreduce.lab.checks`,
-on the engines) and the grader (:mod:`allreduce.grading`, from the messages it routed
-itself) use these.
+:func:`pattern_problem` is that check for one case.  Both the labs' check cells
+(:mod:`allreduce.lab.engines`) and the grader (:mod:`allreduce.grading`, from the messages it
+routed itself) use it; who did the work is watched apart (:mod:`allreduce.lab.guard`).
 """
 
 from __future__ import annotations
 
 import functools
-import sys
-import threading
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -106,7 +101,6 @@ def reference(pattern: str, n: int, size: int):
 
     if pattern.startswith("sparse"):  # the messages depend on the supports: the check's own
         from ..sparse.sparse_ring import taught_reduce_scatter
-        from .checks import sparse_supports
 
         supports = sparse_supports(n, size)
 
@@ -125,6 +119,20 @@ def reference(pattern: str, n: int, size: int):
         return tracer.events
 
     return Trace(run_threads(size, body, timeout=30), itemsize=8)
+
+
+def sparse_supports(n: int, size: int) -> list[np.ndarray]:
+    """Every rank's indices for the sparse checks: a fixed draw (so that the library's own
+    trace, the pattern, has the same messages) that overlaps and clusters in the low
+    indices, as Top-k gradients do; about a third of n on each rank, none on rank 1."""
+    rng = np.random.default_rng([n, size])
+    weights = np.exp(-np.arange(n) / max(n / 4, 1))
+    supports = []
+    for rank in range(size):
+        k = 0 if rank == 1 else min(n, max(1, n // 3))
+        chosen = rng.choice(n, size=k, replace=False, p=weights / weights.sum()) if n else []
+        supports.append(np.sort(np.asarray(chosen, np.int64)))
+    return supports
 
 
 def _messages(trace, rank: int, kind: str) -> Counter:
@@ -166,95 +174,23 @@ def compare(name: str, pattern: str, trace, n: int) -> str | None:
     return None
 
 
-# -- who did the work ---------------------------------------------------------------------------
+def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduce_calls,
+                    allreduce_counts=None) -> str | None:
+    """The pattern check for one case, from every rank's events (sends, receives, waits)
+    and the number of ``allreduce.allreduce`` calls each rank made (and, when known, how many
+    elements each call reduced)."""
+    from ..trace import Trace
 
-_PACKAGE = Path(__file__).resolve().parent.parent
-#: the library's files a student's function may call directly: the helpers the labs give out
-_ALLOWED = {_PACKAGE / "algorithms" / "_schedule.py", _PACKAGE / "ops.py",
-            _PACKAGE / "arrays.py", _PACKAGE / "comm.py", _PACKAGE / "cost.py",
-            _PACKAGE / "ddp_buckets.py", _PACKAGE / "sparse" / "vector.py"}
-_FORBIDDEN_DIRS = (_PACKAGE / "algorithms", _PACKAGE / "transports", _PACKAGE / "sparse")
-_FORBIDDEN_FILES = {_PACKAGE / "api.py", _PACKAGE / "validation.py", _PACKAGE / "training.py",
-                    _PACKAGE / "ddp_hook.py"}
-
-
-def _forbidden(filename: str) -> bool:
-    path = Path(filename)
-    if path in _ALLOWED:
-        return False
-    return path in _FORBIDDEN_FILES or any(d in path.parents for d in _FORBIDDEN_DIRS)
-
-
-class Guard:
-    """Watch a call for work handed to the library or to mpi4py (``sys.setprofile``, on
-    every thread the call starts too).  mpi4py's methods are Cython, which the profiler
-    does not report: a function that uses MPI instead of ``comm`` is caught by its trace
-    instead (it sent nothing through ``comm``), and the grader's ranks have no mpi4py.  Calls made by the checking communicator itself are
-    not watched: it marks them with :meth:`trusted`.  ``allow_allreduce`` lets the
-    function call ``allreduce.allreduce`` (the exercises that teach using it), and counts
-    the calls.  After the call, :attr:`violation` names the first forbidden call, if any."""
-
-    def __init__(self, name: str, *, allow_allreduce: bool = False, new_threads: bool = True):
-        self.name, self.allow_allreduce, self.new_threads = name, allow_allreduce, new_threads
-        self.violation: str | None = None
-        self.allreduce_calls = 0
-        self._inside = threading.local()
-        from .. import api
-
-        self._allreduce_code = api.allreduce.__code__
-
-    def trusted(self):
-        """A context in which calls are not watched (the checking communicator's own)."""
-        guard = self
-
-        class _Trusted:
-            def __enter__(self):
-                guard._inside.depth = getattr(guard._inside, "depth", 0) + 1
-
-            def __exit__(self, *exc):
-                guard._inside.depth -= 1
-
-        return _Trusted()
-
-    def _profile(self, frame, event, arg):
-        if self.violation or getattr(self._inside, "depth", 0):
-            return
-        if event == "call":
-            code = frame.f_code
-            if self.allow_allreduce and code is self._allreduce_code:
-                self.allreduce_calls += 1
-                self._inside.depth = getattr(self._inside, "depth", 0) + 1
-                self._inside.leave = frame
-                return
-            if _forbidden(code.co_filename):
-                where = Path(code.co_filename).relative_to(_PACKAGE.parent)
-                self.violation = (f"your {self.name} called the library's {code.co_name} "
-                                  f"({where}): the exercise is to write it yourself with "
-                                  "comm's sends and receives")
-        elif event == "c_call":
-            module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
-            if module and module.startswith("mpi4py"):
-                self.violation = (f"your {self.name} called MPI ({getattr(arg, '__qualname__', arg)}"
-                                  ") directly: it must communicate only through the comm it is "
-                                  "given")
-
-    def _profile_outer(self, frame, event, arg):
-        leave = getattr(self._inside, "leave", None)
-        if leave is not None and event == "return" and frame is leave:
-            self._inside.leave = None
-            self._inside.depth -= 1
-            return
-        self._profile(frame, event, arg)
-
-    def __enter__(self):
-        self._previous = sys.getprofile(), threading.getprofile()
-        sys.setprofile(self._profile_outer)
-        if self.new_threads:  # threads that the function starts are watched too
-            threading.setprofile(self._profile_outer)
-        return self
-
-    def __exit__(self, *exc):
-        sys.setprofile(self._previous[0])
-        if self.new_threads:
-            threading.setprofile(self._previous[1])
-        return False
+    if pattern == "one_allreduce":
+        for rank, calls in enumerate(allreduce_calls):
+            if calls != 1:
+                return (f"your {name} called allreduce.allreduce {calls} times on rank {rank} "
+                        f"for n = {n}; it must {PATTERNS[pattern].does}")
+        total = 6 * n  # three gradients of n, 2n and 3n elements
+        for rank, counts in enumerate(allreduce_counts or []):
+            if counts and counts != [total]:
+                return (f"your {name} reduced {counts[0]} elements in its allreduce on rank "
+                        f"{rank} for n = {n}, not all {total} elements of the gradients; it must "
+                        f"{PATTERNS[pattern].does}")
+        return None
+    return compare(name, pattern, Trace(list(events), itemsize=8), n)
