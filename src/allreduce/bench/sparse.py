@@ -129,6 +129,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
                 model = dense_model()
                 chosen = auto.choose(n, counts, 4, model, _exact()) if name == "auto" else name
                 predicted = auto.predict(chosen, n, counts, 4, model, supports=everyone)
+            _idle_barrier(comm)  # the others sleep while rank 0 replays the real supports
             chosen, predicted = comm.bcast((chosen, predicted))
             rows.append(SparseRow(n, density, name, seconds[name], comm.size, max(counts), nnz,
                                   comm.allreduce(wrong, op=MPI.MAX), None, source, spent,

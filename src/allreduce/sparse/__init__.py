@@ -1,5 +1,5 @@
 """The sparse allreduce: the sum over ranks of sparse vectors, such as Top-k gradients
-(chapter "Sparse allreduce", ``chapters/65_sparse.md``).
+(chapter "Sparse allreduce", ``chapters/75_sparse.md``).
 
 ``sparse_allreduce(indices, values, n, comm)`` takes each rank's sorted, unique indices into
 a dense vector of length ``n`` and their values, and gives every rank the sum on the union

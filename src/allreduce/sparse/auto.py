@@ -27,8 +27,11 @@ from ..cost import Model, largest_power_of_two
 from . import cost
 
 #: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
-#: densified vector, and per pair of a result read back from a dense one (fitted; see above).
-LOCAL = {"code": 17.5e-9, "merge": 3.1e-9, "densify": 3.5e-9, "gather": 39e-9}
+#: densified vector, and per pair of a result read back from a dense one: fitted by
+#: :func:`allreduce.bench.sparse_record.fit_local` on a separate run (identical and disjoint
+#: supports, n = 16 M, densities 0.01-1%, 4 MPI ranks on the 2-core reference machine), so
+#: the committed record (``chapters/data/sparse_bench_reference.json``) tests them.
+LOCAL = {"code": 5.7e-9, "merge": 1.03e-9, "densify": 1.0e-9, "gather": 23e-9}
 
 
 def union(n: int, density: float, ranks: int) -> float:
@@ -40,11 +43,17 @@ def measured_unions(supports: list[np.ndarray]) -> list[float]:
     """``u[s]``, s = 0 … p: the mean size of the union of ``s`` ranks' supports, over the
     ``p`` windows of consecutive ranks (the groups a ring's partial sums hold)."""
     p = len(supports)
-    sizes = [0.0]
-    for s in range(1, p + 1):
-        sizes.append(float(np.mean([len(np.unique(np.concatenate(
-            [supports[(r - i) % p] for i in range(s)]))) for r in range(p)])))
-    return sizes
+    length = 1 + max((int(s[-1]) for s in supports if len(s)), default=0)
+    totals = np.zeros(p + 1)
+    for r in range(p):  # grow the window ending at r one rank at a time: no sorting
+        present = np.zeros(length, bool)
+        size = 0
+        for s in range(1, p + 1):
+            support = supports[(r - s + 1) % p]
+            size += len(support) - int(np.count_nonzero(present[support]))
+            present[support] = True
+            totals[s] += size
+    return [float(total / p) for total in totals]
 
 
 def _sort(m: float) -> float:

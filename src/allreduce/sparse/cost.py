@@ -44,12 +44,31 @@ def message_bytes(pairs: int, lo: int, hi: int, itemsize: int) -> int:
     return OVERHEAD_BYTES + min(dense_bytes, pair_bytes)
 
 
-def _union(supports, ranks) -> np.ndarray:
-    return np.unique(np.concatenate([supports[r] for r in ranks] + [np.empty(0, np.int64)]))
+def _present(supports, ranks, n: int) -> np.ndarray:
+    """Where any of ``ranks`` has a pair, as a mask of length ``n`` (no sorting)."""
+    present = np.zeros(n, bool)
+    for r in ranks:
+        present[supports[r]] = True
+    return present
 
 
-def _count_in(indices: np.ndarray, lo: int, hi: int) -> int:
-    return int(np.searchsorted(indices, hi) - np.searchsorted(indices, lo))
+def _ring_unions(supports, bounds) -> list[list[int]]:
+    """``sizes[s][r]``: the pairs rank ``r`` sends in the sparse ring's reduce-scatter step
+    ``s``, chunk ``r − s − 1`` summed over ranks ``r − s … r``.  Chunk ``c`` takes in ranks
+    ``c + 1, c + 2, …`` one step at a time, so each chunk's union grows by one support."""
+    p = len(supports)
+    sizes = [[0] * p for _ in range(p - 1)]
+    for c, (lo, hi) in enumerate(bounds):
+        present = np.zeros(hi - lo, bool)
+        count = 0
+        for s in range(p - 1):
+            r = (c + s + 1) % p
+            support = supports[r]
+            piece = support[np.searchsorted(support, lo):np.searchsorted(support, hi)] - lo
+            count += len(piece) - int(np.count_nonzero(present[piece]))
+            present[piece] = True
+            sizes[s][r] = count
+    return sizes
 
 
 def _doubling(p: int, size_of) -> list[list[Move]]:
@@ -95,8 +114,8 @@ def schedule(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
     if algorithm == "allgather":
         return _ring_allgather(p, lambda r: message_bytes(len(supports[r]), 0, n, itemsize))
     if algorithm == "sparse_recursive_doubling":
-        return _doubling(p, lambda group: message_bytes(len(_union(supports, group)), 0, n,
-                                                        itemsize))
+        return _doubling(p, lambda group: message_bytes(
+            int(np.count_nonzero(_present(supports, group, n))), 0, n, itemsize))
     steps = []
     if boundaries == "nonzeros":  # the histogram's dense recursive doubling comes first
         total = sum(histogram(s, n, p) for s in supports)
@@ -104,16 +123,18 @@ def schedule(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
         bounds = balanced(total, n, p)
     else:
         bounds = equal_length(n, p)
-    union = _union(supports, range(p))
+    union = _present(supports, range(p), n)
 
     def finished(c: int) -> int:
-        return message_bytes(_count_in(union, *bounds[c]), *bounds[c], itemsize)
+        lo, hi = bounds[c]
+        return message_bytes(int(np.count_nonzero(union[lo:hi])), lo, hi, itemsize)
 
     if algorithm == "sparse_ring":  # chunk r − s − 1 holds ranks r − s .. r
+        sizes = _ring_unions(supports, bounds)
         for s in range(p - 1):
-            steps.append([((r + 1) % p, message_bytes(_count_in(
-                _union(supports, [(r - i) % p for i in range(s + 1)]), *bounds[(r - s - 1) % p]),
-                *bounds[(r - s - 1) % p], itemsize), (r - 1) % p) for r in range(p)])
+            steps.append([((r + 1) % p, message_bytes(sizes[s][r], *bounds[(r - s - 1) % p],
+                                                      itemsize), (r - 1) % p)
+                          for r in range(p)])
     elif algorithm == "sparse_direct":  # in step s rank r sends its own pairs of chunk r + s
         pieces = [[len(supports[r][sl]) for sl in split_at(supports[r], bounds)]
                   for r in range(p)]
