@@ -405,3 +405,19 @@ def test_the_taught_reduce_scatter_leaves_the_bits_of_the_fast_ring(p):
                 inside = (fast[0] >= lo) & (fast[0] < hi)
                 assert (indices == fast[0][inside]).all()
                 assert values.tobytes() == fast[1][inside].tobytes()
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_measured_unions_are_the_windows_unions(p):
+    """auto.measured_unions counts on a mask; here, by definition: the mean over the p
+    windows of s consecutive ranks of the size of their supports' union (np.unique)."""
+    from allreduce.sparse import auto as sparse_auto
+
+    rng = np.random.default_rng(p)
+    for n, k in ((1, 1), (10, 0), (60, 25), (5000, 900)):
+        supports = [np.sort(rng.choice(n, size=rng.integers(0, k + 1), replace=False))
+                    for _ in range(p)]
+        expected = [0.0] + [float(np.mean([len(np.unique(np.concatenate(
+            [supports[(r - i) % p] for i in range(s)]))) for r in range(p)]))
+            for s in range(1, p + 1)]
+        assert sparse_auto.measured_unions(supports) == expected
