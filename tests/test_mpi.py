@@ -25,6 +25,14 @@ def test_suite_under_mpiexec(venv_bin, ranks):
     assert_inner_suite_passed(mpiexec(venv_bin, ranks, *inner_pytest("mpi")))
 
 
+def test_beyond_one_flat_ring_at_six_to_eight_ranks(venv_bin, root):
+    """tests/mpi/test_mpi_hierarchical.py under one ``mpiexec -n 8``: on communicators of
+    6, 7 and 8 ranks (chapter 65's algorithms; the whole folder runs at 1-5 above)."""
+    command = ["-m", "pytest", str(root / "tests" / "mpi" / "test_mpi_hierarchical.py"), "-q",
+               "-p", "no:cacheprovider", "--rootdir", str(root)]
+    assert_inner_suite_passed(mpiexec(venv_bin, 8, *command))
+
+
 def test_a_mismatched_length_aborts_the_job(venv_bin, root):
     start = time.monotonic()
     run = mpiexec(venv_bin, 4, str(root / "tests" / "mpi" / "scripts" / "mismatched_length.py"),

@@ -203,6 +203,11 @@ class Trace:
     def elements_received(self, rank: int) -> int:
         return sum(e.count for e in self._of("recv", rank))
 
+    def elements_across(self, rank: int, nodes) -> int:
+        """Elements ``rank`` sent to ranks of another node (``nodes[r]``, rank r's node):
+        what crosses the links between nodes (chapter "Beyond one flat ring")."""
+        return sum(e.count for e in self._of("send", rank) if nodes[e.peer] != nodes[rank])
+
     def elements_reduced(self, rank: int) -> int:
         return sum(e.count for e in self._of("reduce", rank))
 

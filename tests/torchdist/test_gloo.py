@@ -202,3 +202,39 @@ def test_topk_with_error_feedback_keeps_up_with_dense(world):
     assert_on_all_ranks(with_feedback < 1.25 * dense < without,
                         f"losses: dense {dense:.4f}, Top-k 1% with error feedback "
                         f"{with_feedback:.4f}, without {without:.4f}")
+
+
+@pytest.mark.parametrize("options", [{"ranks_per_node": 1}, {"ranks_per_node": 2}, {}],
+                         ids=["one rank a node", "two ranks a node", "torchrun's nodes"])
+def test_hierarchical_on_nodes_over_gloo(world, options):
+    """Chapter 65's hierarchical allreduce over gloo: its groups are torch process groups
+    (new_group), made at the first call and kept: a second call makes none."""
+    from allreduce.transports import torchdist
+
+    rank = dist.get_rank()
+    for op, dtype in VALID:
+        for count in (0, 1, 5, 1000):
+            x = torch.from_numpy(exact_input(rank, count, dtype, op))
+            result = allreduce.allreduce(x, world, algorithm="hierarchical", op=op, **options)
+            wrong = first_difference(torch_reference(x, op).numpy(), result.numpy())
+            assert_on_all_ranks(not wrong, f"hierarchical {options} {op} {dtype} {count}: {wrong}")
+    made = sum(map(len, torchdist._MADE.values()))
+    allreduce.allreduce(torch.ones(10), world, algorithm="hierarchical", **options)
+    assert_on_all_ranks(sum(map(len, torchdist._MADE.values())) == made, "a group made twice")
+
+
+@pytest.mark.parametrize("algorithm", allreduce.api.PHASED)
+def test_phases_over_gloo(world, algorithm):
+    """Every phased algorithm's reduce-scatter leaves chunk_bounds(n, p, r) on rank r,
+    and its all-gather hands every rank the whole result."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    for count in (0, 1, 7, 1000):
+        x = torch.from_numpy(exact_input(rank, count, "int64", "sum"))
+        expected = torch_reference(x, "sum")
+        mine = x.clone()
+        bounds = allreduce.reduce_scatter(mine, world, algorithm=algorithm)
+        gathered = torch.zeros_like(x)
+        gathered[slice(*bounds)] = mine[slice(*bounds)]
+        allreduce.allgather(gathered, world, algorithm=algorithm)
+        ok = bounds == allreduce.chunk_bounds(count, p, rank) and torch.equal(gathered, expected)
+        assert_on_all_ranks(ok, f"{algorithm} n={count}: bounds {bounds}")
