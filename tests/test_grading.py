@@ -408,7 +408,7 @@ me.sock.sendall(struct.pack("!I", 200000) + b"[" * 200000)
 me.receive()"""
 
 LIBRARY_RING_ANYHOW = """\
-import gc, importlib.util, pathlib, sys
+import gc, importlib.util, pathlib, sys, types
 sys.setprofile(None)  # the watch on calls, off
 tried = []
 try:
@@ -424,11 +424,13 @@ try:
     return module.taught_reduce_scatter(buf, comm, op)
 except OSError as error:
     tried.append(str(error))
-found = [o for o in gc.get_objects()
-         if getattr(o, "__name__", "") in ("taught_reduce_scatter", "ring")]
+found = [o for o in gc.get_objects()  # the ring's function, anywhere in memory
+         if isinstance(o, types.FunctionType) and o.__name__ == "taught_reduce_scatter"]
+found += [o.taught_reduce_scatter for o in gc.get_objects()
+          if isinstance(o, types.ModuleType) and hasattr(o, "taught_reduce_scatter")]
 if found:
     return found[0](buf, comm, op)
-raise RuntimeError("no ring: " + " | ".join(tried))"""
+raise RuntimeError("no ring: " + " | ".join(reversed(tried)))"""
 
 NAIVE_WRONG_PATTERN = """\
 p, rank, n = comm.size, comm.rank, len(buf)
@@ -592,8 +594,8 @@ def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key, home
     says("s_sends_a_deep_header", "broke the grader's protocol: a malformed header")
     # the library's algorithms are not in a run: not importable, not on disk, not in memory
     assert scores("t_reaches_for_the_library_ring")[0] == "0"
-    says("t_reaches_for_the_library_ring", "no ring: allreduce.algorithms.ring is not available "
-         "when the grader runs your reduce_scatter", "No such file or directory")
+    says("t_reaches_for_the_library_ring", "no ring: .*No such file or directory",
+         "allreduce.algorithms.ring is not available when the grader runs your reduce_scatter")
     # nothing outside the runs changed, and nothing of them is left
     assert hashlib.sha256(lab.read_bytes()).hexdigest() == digest
     assert "changed while grading" not in run.stdout
