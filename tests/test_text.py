@@ -37,7 +37,7 @@ def test_the_check_finds_a_bel_byte(tmp_path):
 
 
 @pytest.mark.parametrize("chapter", ["20_parameter_server", "30_naive_allreduce",
-                                     "40_tree_allreduce", "50_ring_allreduce"])
+                                     "40_tree_allreduce", "50_ring_allreduce", "65_beyond_ring"])
 def test_chapters_print_the_library_formulas_not_typed_ones(root, chapter):
     """A displayed cost T_name = … comes from viz.formula (the algorithm's cost.Formula,
     which the tests check against the replayed trace), never from a hand-typed $$…$$."""

@@ -67,3 +67,24 @@ def pipelined_ring(buf, comm: Communicator, op: Op, *, source=None) -> None:
                               source=mine[recv_lo + lo:recv_lo + hi])
         comm.waitall(sends)
     allgather(buf, comm)
+
+
+# -- the segment size that overlap would choose (chapter "Beyond one flat ring") -------------
+
+#: One reduce-scatter step with ``S`` segments when the transfers overlap the reductions:
+#: each segment's message costs α, the chunk's n/p bytes stream once, and only the last
+#: segment's reduction, n/(pS) bytes, waits after the last transfer.
+OVERLAPPED_STEP = "S*alpha + n/p*beta + n/(p*S)*gamma"
+
+
+def overlapped_step(n: float, p: int, segments: int, alpha: float, beta: float,
+                    gamma: float) -> float:
+    """Seconds of one reduce-scatter step on ``segments`` segments (:data:`OVERLAPPED_STEP`)."""
+    return eval(OVERLAPPED_STEP, {"__builtins__": {}},
+                {"S": segments, "n": n, "p": p, "alpha": alpha, "beta": beta, "gamma": gamma})
+
+
+def best_segments(n: float, p: int, alpha: float, gamma: float) -> float:
+    """The S that minimises :data:`OVERLAPPED_STEP`: its derivative α − n·γ/(p·S²) is zero at
+    S* = √(n·γ/(p·α)); so segments of n/(p·S*) = √(n·α/(p·γ)) bytes."""
+    return (n * gamma / (p * alpha)) ** 0.5

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .timing import time_allreduces, time_pingpong, time_reduce, time_sendrecv
 
+
 def sweep(comm, algorithms: list[str], sizes: list[int], *, iterations: int = 5) -> dict:
     """Time, for every size in bytes per rank: a message from rank 0 to rank 1
     (``pingpong``; 0 on one rank), one ring step (``step``), a local add
@@ -36,16 +37,19 @@ def fit_step_model(measured: dict):
 
 
 def run_sweep(ranks: int, algorithms: list[str], sizes: list[int], *, iterations: int = 5,
-              timeout: float = 300) -> dict:
+              timeout: float = 300, hostfile: str | None = None) -> dict:
     """:func:`sweep` on ``ranks`` fresh MPI processes started with this environment's
-    ``mpiexec`` (what the book's pages call at build time)."""
+    ``mpiexec`` (what the book's pages call at build time); ``hostfile`` places them
+    (``mpiexec -f``: two names of this machine make two "nodes", chapter "Beyond one flat
+    ring")."""
     import json
     import subprocess
     import sys
 
     from ..launch import mpiexec, rank_environment
 
-    command = [str(mpiexec()), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
+    command = [str(mpiexec()), *(["-f", hostfile] if hostfile else []), "-n", str(ranks),
+               sys.executable, "-m", "mpi4py", "-m",
                "allreduce.bench", "--sweep", "--iterations", str(iterations),
                "--sizes", *map(str, sizes), "--", *algorithms]
     run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,

@@ -31,6 +31,7 @@ from .exercises import (
     check_crossover,
     check_ddp_buckets,
     check_fit,
+    check_torus_cost,
 )
 from .overlap import check_overlap
 from .patterns import PATTERNS
@@ -38,5 +39,5 @@ from .sparse_exercises import check_error_feedback, check_merge
 
 __all__ = ["CHECK_COUNTS", "LOCAL_CHECKS", "ONE_THREAD_PER_RANK", "PATTERNS", "PHASES", "check",
            "check_busbw", "check_choice", "check_crossover", "check_ddp_buckets",
-           "check_error_feedback", "check_fit", "check_merge", "check_overlap", "cluster",
-           "mpiexec", "rank_environment", "start", "stop"]
+           "check_error_feedback", "check_fit", "check_merge", "check_overlap",
+           "check_torus_cost", "cluster", "mpiexec", "rank_environment", "start", "stop"]

@@ -190,8 +190,40 @@ check_ddp_buckets = LocalCheck(_bucket_cases, lambda f, case, given: f(*case), _
                                ("allreduce.ddp_buckets",))
 
 
+def _torus_cases():
+    sizes = [1, 2, 3, 4, 6, 7, 8, 9, 12, 16, 36, 48, 60, 64, 97, 100, 128, 1000, 1024, 4096,
+             4093, 8192]
+    return [[p, 2520 * 4096] for p in sizes]
+
+
+def _torus_verdict(cases, results) -> str:
+    from .. import cost
+    from ..topology import grid
+
+    for (p, n), got in zip(cases, results, strict=True):
+        want = cost.terms("torus", p, n)
+        if (not isinstance(got, list) or len(got) != 2
+                or not all(isinstance(v, (int, float)) for v in got)):
+            raise AssertionError(f"torus_cost({p}, {n}) should return (steps, bytes), got {got!r}")
+        if not (np.isclose(got[0], want.steps) and np.isclose(got[1], want.bytes, rtol=1e-9)):
+            rows, columns = grid(p)
+            raise AssertionError(
+                f"p = {p} (a {rows} x {columns} grid), n = {n} B: got {got[0]:g} steps and "
+                f"{got[1]:.6g} bytes, expected {want.steps:g} steps and {want.bytes:.6g} bytes")
+    return f"torus_cost: the 2D ring's steps and bytes for all {len(cases)} rank counts"
+
+
+#: Check cell for the exercise ``torus_cost(p, n)`` (chapter "Beyond one flat ring"): the
+#: 2D ring's steps and bytes on the critical path, its grid as square as p allows (rows
+#: no more than columns), against the formula the library evaluates
+#: (:data:`allreduce.algorithms.torus.COST`, checked against traces).  Runs here.
+check_torus_cost = LocalCheck(_torus_cases, lambda f, case, given: f(*case), _torus_verdict,
+                              ("allreduce.cost", "allreduce.topology"))
+
+
 #: The checks above by the name a check cell calls them with (the grader reads it there).
 LOCAL_CHECKS = {"check_fit": check_fit, "check_choice": check_choice,
                 "check_crossover": check_crossover, "check_busbw": check_busbw,
                 "check_ddp_buckets": check_ddp_buckets, "check_merge": check_merge,
-                "check_error_feedback": check_error_feedback}
+                "check_error_feedback": check_error_feedback,
+                "check_torus_cost": check_torus_cost}

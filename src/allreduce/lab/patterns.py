@@ -67,6 +67,11 @@ PATTERNS: dict[str, Pattern] = {
     "one_allreduce": Pattern(
         "one allreduce",
         "concatenate the gradients and call allreduce.allreduce once on the whole buffer"),
+    "hierarchical": Pattern(
+        "the hierarchical allreduce, 2 ranks to a node, a ring across",
+        "reduce-scatter around the ring of your node (ranks 2i and 2i + 1), allreduce your "
+        "half with a ring over the ranks of the same local rank on every node, then "
+        "all-gather around your node's ring"),
 }
 
 #: The pattern each value check has unless the check cell names one.
@@ -76,8 +81,15 @@ DEFAULT_PATTERN = {"reduce_scatter": "ring_reduce_scatter", "allgather": "ring_a
 
 
 def _reference_function(pattern: str):
-    from ..algorithms import (naive, parameter_server, recursive_doubling, reduce_broadcast,
-                              ring, tree)
+    from ..algorithms import (
+        hierarchical,
+        naive,
+        parameter_server,
+        recursive_doubling,
+        reduce_broadcast,
+        ring,
+        tree,
+    )
 
     return {
         "ring_reduce_scatter": lambda buf, comm, op: ring.taught_reduce_scatter(buf, comm, op),
@@ -88,6 +100,8 @@ def _reference_function(pattern: str):
         "reduce_broadcast": reduce_broadcast.reduce_broadcast,
         "sharded_parameter_server": parameter_server.sharded_parameter_server,
         "recursive_doubling": recursive_doubling.recursive_doubling,
+        "hierarchical": lambda buf, comm, op: hierarchical.hierarchical(
+            buf, comm, op, ranks_per_node=2, inner="ring"),
     }[pattern]
 
 

@@ -150,10 +150,12 @@ def _column_in(states: np.ndarray, chunks: int) -> float:
 
 
 def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), changed=None,
-                rank_labels: bool = True) -> None:
+                rank_labels: bool = True, nodes: Sequence | None = None) -> None:
     """One panel: one row per rank, one column per element, coloured by how many ranks'
     data each element holds and labelled with those ranks; the chunks that changed in step
-    ``t`` outlined; its messages drawn as arrows in the sender's colour."""
+    ``t`` outlined; its messages drawn as arrows in the sender's colour; with ``nodes``
+    (each rank's node, node-major), a thick black line between one node's rows and the
+    next's."""
     from matplotlib import patheffects
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
@@ -185,6 +187,9 @@ def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), change
                                 connectionstyle="arc3,rad=0.35")
         arrow.set_path_effects(outline)
         ax.add_patch(arrow)
+    for rank in range(size - 1):
+        if nodes is not None and nodes[rank] != nodes[rank + 1]:
+            ax.axhline(rank + 1, color="black", lw=3)
     if rank_labels:
         ax.set_yticks([r + 0.5 for r in range(size)], [f"rank {r}" for r in range(size)])
         for rank, label in enumerate(ax.get_yticklabels()):
@@ -198,7 +203,7 @@ def _draw_state(ax, states: np.ndarray, t: int, chunks: int, messages=(), change
 
 def step_figure(trace: Trace, states: np.ndarray, chunks: int,
                 step_names: Sequence[str] | None = None, columns: int | None = None,
-                width: float | None = None):
+                width: float | None = None, nodes: Sequence | None = None):
     """Every chunk on every rank after every step, one panel per step.  Chunks that changed
     in a step are outlined, and the messages of that step are drawn as arrows from sender
     to receiver, in the sender's colour.  Returns the matplotlib figure.
@@ -207,7 +212,7 @@ def step_figure(trace: Trace, states: np.ndarray, chunks: int,
     (0.3 in each) and one column per chunk, wide enough for its longest label at 9 pt; the
     panels wrap into as many ``columns`` as fit ``width`` inches (the page's,
     :data:`allreduce.viz.style.PAGE_WIDTH_IN`), so that its text stays legible where the
-    page shows it, whatever the number of ranks."""
+    page shows it, whatever the number of ranks.  ``nodes``: see :func:`_draw_state`."""
     import matplotlib.pyplot as plt
 
     from .style import PAGE_WIDTH_IN
@@ -231,13 +236,14 @@ def step_figure(trace: Trace, states: np.ndarray, chunks: int,
             continue
         changed = states[t] != states[t - 1] if t else None
         _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed,
-                    rank_labels=t % columns == 0)
+                    rank_labels=t % columns == 0, nodes=nodes)
         ax.set_title(titles[t], fontsize=10)
     return fig
 
 
 def animate(trace: Trace, states: np.ndarray, chunks: int,
-            step_names: Sequence[str] | None = None, interval_ms: int = 1200):
+            step_names: Sequence[str] | None = None, interval_ms: int = 1200,
+            nodes: Sequence | None = None):
     """The same pictures as :func:`step_figure`, one frame per step, as a matplotlib
     animation; :func:`animation_html` plays it in a static web page.  The frame is as wide
     as its chunks need (at most the page's width) and one row per rank high."""
@@ -255,7 +261,8 @@ def animate(trace: Trace, states: np.ndarray, chunks: int,
     def frame(t: int):
         ax.clear()
         changed = states[t] != states[t - 1] if t else None
-        _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed)
+        _draw_state(ax, states, t, chunks, [m for m in messages if m[0] == t], changed,
+                    nodes=nodes)
         ax.set_title(step_names[t] if step_names else f"after step {t}")
 
     animation = FuncAnimation(fig, frame, frames=states.shape[0], interval=interval_ms)
