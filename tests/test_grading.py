@@ -714,6 +714,10 @@ corrected = gradient + residual
 indices, values = topk(corrected, k)
 corrected[indices] = 0
 return indices, values, corrected""", "allreduce.sparse.compression is not available"),
+    "check_torus_cost": ("torus_cost", "p, n", """\
+from allreduce import cost
+terms = cost.terms("torus", p, n)
+return terms.steps, terms.bytes""", "allreduce.cost is not available"),
 }
 
 
