@@ -28,10 +28,10 @@ from . import cost
 
 #: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
 #: densified vector, and per pair of a result read back from a dense one: fitted by
-#: :func:`allreduce.bench.sparse_record.fit_local` on a separate run (identical and disjoint
-#: supports, n = 16 M, densities 0.01-1%, 4 MPI ranks on the 2-core reference machine), so
-#: the committed record (``chapters/data/sparse_bench_reference.json``) tests them.
-LOCAL = {"code": 5.7e-9, "merge": 1.03e-9, "densify": 1.0e-9, "gather": 23e-9}
+#: :func:`allreduce.bench.sparse_record.fit_local` on the uniform, identical and disjoint
+#: rows of the committed record (``chapters/data/sparse_bench_reference.json``, 4 MPI ranks
+#: on the 2-core reference machine), so the record's gradient rows test them.
+LOCAL = {"code": 3.4e-9, "merge": 2.9e-9, "densify": 1.7e-9, "gather": 1.3e-9}
 
 
 def union(n: int, density: float, ranks: int) -> float:
