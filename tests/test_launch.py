@@ -147,7 +147,7 @@ def test_ipcluster_from_the_example_profile_runs_a_lab_check(venv_bin, tmp_path)
     from allreduce import lab
 
     profile = tmp_path / "profile_allreduce"
-    shutil.copytree(PROFILE, profile)
+    shutil.copytree(PROFILE, profile, ignore=shutil.ignore_patterns("log", "pid", "security"))
     ipcluster = [str(venv_bin / "ipcluster")]
     env = dict(child_env(), IPYTHONDIR=str(tmp_path / "ipython"))
     started = subprocess.run([*ipcluster, "start", "-n", "2", f"--profile-dir={profile}",
@@ -189,8 +189,10 @@ def test_lab_start_from_the_variables_and_the_sbatch_script(venv_bin, tmp_path):
              "lab.stop()"]
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]),
                    notebook)
+    profile = tmp_path / "profile_allreduce"  # ipyparallel writes its logs into the profile
+    shutil.copytree(PROFILE, profile, ignore=shutil.ignore_patterns("log", "pid", "security"))
     env = dict(child_env(), SLURM_NTASKS="2", ALLREDUCE_MPIEXEC=str(wrapper),
-               IPYTHONDIR=str(tmp_path / "ipython"))
+               ALLREDUCE_IPP_PROFILE=str(profile), IPYTHONDIR=str(tmp_path / "ipython"))
     start = time.monotonic()
     run = subprocess.run(["bash", str(ROOT / "etc" / "cluster" / "lab.sbatch"), str(notebook),
                           str(tmp_path / "out")],
@@ -203,3 +205,4 @@ def test_lab_start_from_the_variables_and_the_sbatch_script(venv_bin, tmp_path):
     assert log.read_text().split()[:2] == ["-n", "2"], log.read_text()
     assert time.monotonic() - start < TIMEOUT
     assert os.environ.get("ALLREDUCE_MPIEXEC") is None  # the test changed only the child's
+    assert (profile / "log").is_dir()  # the copy was used, not the shipped profile
