@@ -317,10 +317,17 @@ def test_auto_switches_to_dense_as_the_density_grows():
         return sparse_auto.choose(n, [int(density * n)] * 4, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
 
     assert choice(0.001) != "dense" and choice(0.5) == "dense"
-    # a caller who wants the dense sum spares the dense path its presence mask and gather
+    # a caller who wants the dense sum spares the dense path its presence mask (one byte
+    # per element: n bytes) and the gather
+    from allreduce.algorithms.auto import fastest
+    from allreduce.sparse.dense import mask_bytes
+
     counts = [int(0.1 * n)] * 4
-    assert sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL, dense_output=True) < \
-        sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL) / 1.5
+    spared = (sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL)
+              - sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL, dense_output=True))
+    assert mask_bytes(n, 4) == n and mask_bytes(n, 256) == 4 * n
+    mask = DEFAULT_MODEL.time(fastest(n, 4, DEFAULT_MODEL), 4, n)
+    assert mask < spared < 2 * mask
     for name in SPARSE_ALGORITHMS:
         times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
                  for d in (0.0001, 0.001, 0.01, 0.1, 0.5)]
@@ -421,3 +428,31 @@ def test_measured_unions_are_the_windows_unions(p):
             [supports[(r - i) % p] for i in range(s)]))) for r in range(p)]))
             for s in range(1, p + 1)]
         assert sparse_auto.measured_unions(supports) == expected
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["bytes", "int32 per element"])
+def test_the_dense_paths_presence_mask_finds_the_union(monkeypatch, packed):
+    """The mask of one byte per element summed as int32 words (up to 255 ranks), and the
+    int32 per element used from 256 ranks (forced here at p = 5), both give the union, also
+    where the values cancel and at lengths that are not whole words."""
+    import importlib
+
+    dense_module = importlib.import_module("allreduce.sparse.dense")  # not the function
+    if not packed:
+        monkeypatch.setattr(dense_module, "PACKED_RANKS", 1)
+    p = 5
+    for n in (0, 1, 3, 7, 1001):
+        rng = np.random.default_rng(n)
+        vectors = [(np.sort(rng.choice(n, size=min(n, 1 + n // 3), replace=False)).astype(
+            np.int32) if n else np.zeros(0, np.int32)) for _ in range(p)]
+        vectors = [(v, np.where(np.arange(len(v)) % 2, 1, -1).astype(np.int64) * (r % 2 * 2 - 1))
+                   for r, v in enumerate(vectors)]
+        union = np.unique(np.concatenate([v for v, _ in vectors]))
+        results = run_threads(p, lambda c: sparse_allreduce(*vectors[c.rank], n, c,
+                                                            algorithm="dense"))
+        expected = np.zeros(n, np.int64)
+        for v, x in vectors:
+            expected[v] += x
+        for indices, values in results:
+            assert np.array_equal(indices, union)
+            assert np.array_equal(values, expected[union])

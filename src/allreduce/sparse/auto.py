@@ -25,6 +25,7 @@ import numpy as np
 from ..algorithms.auto import fastest
 from ..cost import Model, largest_power_of_two
 from . import cost
+from .dense import mask_bytes
 
 #: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
 #: densified vector, and per pair of a result read back from a dense one: fitted by
@@ -102,7 +103,8 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
         dense_bytes = n * itemsize
         wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
         if not dense_output:
-            wire += model.time(fastest(n * 4, p, model), p, n * 4)
+            mask = mask_bytes(n, p)
+            wire += model.time(fastest(mask, p, model), p, mask)
         return wire + local
     if supports is not None:
         steps = cost.schedule(algorithm, supports, n, itemsize)

@@ -2,7 +2,11 @@
 union of the supports, which a second allreduce of a presence mask finds.  The baseline
 every sparse algorithm is measured against; with ``dense_output`` the mask is not needed.
 
-Cost: the dense allreduce's on n values, plus one on n int32 flags for the support."""
+The mask is one byte per element, 0 or 1, summed as int32 words: four elements to a word,
+and no byte can carry into the next while it sums at most 255 ranks' ones, so a byte is
+non-zero exactly where some rank has a pair (from 256 ranks, one int32 per element).
+
+Cost: the dense allreduce's on n values, plus one on :func:`mask_bytes` for the support."""
 
 from __future__ import annotations
 
@@ -10,6 +14,15 @@ import numpy as np
 
 from ..comm import Communicator
 from .vector import densify
+
+#: The most ranks whose 0/1 bytes can be summed in place without a carry.
+PACKED_RANKS = 255
+
+
+def mask_bytes(n: int, p: int) -> int:
+    """Bytes of the presence mask's allreduce: ``n`` bytes padded to whole int32 words, or
+    ``4n`` from 256 ranks."""
+    return 4 * -(-n // 4) if p <= PACKED_RANKS else 4 * n
 
 
 def dense(indices, values, n: int, comm: Communicator, *, dense_output: bool = False):
@@ -21,8 +34,10 @@ def dense(indices, values, n: int, comm: Communicator, *, dense_output: bool = F
     allreduce(full, comm, algorithm="auto", out=full)
     if dense_output:
         return full
-    present = np.zeros(n, np.int32)
-    present[indices] = 1
-    allreduce(present, comm, algorithm="auto", op="max", out=present)
-    where = np.flatnonzero(present)
+    packed = comm.size <= PACKED_RANKS
+    present = np.zeros(mask_bytes(n, comm.size) // 4, np.int32)
+    flags = present.view(np.uint8)[:n] if packed else present
+    flags[indices] = 1
+    allreduce(present, comm, algorithm="auto", out=present)
+    where = np.flatnonzero(present.view(np.uint8)[:n] if packed else present)
     return where, full[where]
