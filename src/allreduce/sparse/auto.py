@@ -28,11 +28,12 @@ from . import cost
 from .dense import mask_bytes
 
 #: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
-#: densified vector, and per pair of a result read back from a dense one: fitted by
+#: densified vector (and of the presence mask read back), per pair of a result marked in the
+#: mask and read back from the dense sum, and per pair of the call's check of its indices: fitted by
 #: :func:`allreduce.bench.sparse_record.fit_local` on the uniform, identical and disjoint
 #: rows of the committed record (``chapters/data/sparse_bench_reference.json``, 4 MPI ranks
 #: on the 2-core reference machine), so the record's gradient rows test them.
-LOCAL = {"code": 3.4e-9, "merge": 2.9e-9, "densify": 1.7e-9, "gather": 1.3e-9}
+LOCAL = {"code": 3.4e-9, "merge": 2.9e-9, "densify": 1.7e-9, "gather": 1.3e-9, "check": 0.0}
 
 
 def union(n: int, density: float, ranks: int) -> float:
@@ -65,8 +66,14 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float], *
                dense_output: bool = False) -> float:
     """Seconds of local work: ``unions[s]`` is the size of the union of ``s`` supports."""
     p, k = len(counts), max(counts)
+    checked = k * LOCAL["check"]  # every call's pass over its indices
     if algorithm == "dense":
-        return n * LOCAL["densify"] + (0 if dense_output else unions[p] * LOCAL["gather"])
+        return checked + n * LOCAL["densify"] + (
+            0 if dense_output else unions[p] * LOCAL["gather"])
+    return checked + _exchanges(algorithm, k, p, counts, unions)
+
+
+def _exchanges(algorithm: str, k: int, p: int, counts: list[int], unions: list[float]) -> float:
     if algorithm == "allgather":
         return 2 * (p - 1) * k * LOCAL["code"] + _sort(sum(counts)) * LOCAL["merge"]
     gather = 2 * (p - 1) * unions[p] / p * LOCAL["code"]  # the all-gather of chunks

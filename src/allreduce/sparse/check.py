@@ -13,6 +13,7 @@ from ..comm import Communicator
 from ..ops import DTYPES, check_op_for_dtype
 from ..validation import _index, _problem_code, raise_on_every_rank
 from .chunks import BOUNDARIES
+from .vector import timed
 
 SPARSE_OPS = ("sum", "mean")
 _ALIASES = {"avg": "mean"}
@@ -46,6 +47,7 @@ class SparseCall:
                 "boundaries": self.boundaries, "k": self.k}
 
 
+@timed  # local work: a pass over the indices (sorted, unique, in range)
 def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
              k=None) -> SparseCall:
     """Check one rank's arguments locally; record the first problem instead of raising.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm import Communicator
-from .vector import densify
+from .vector import densify, timed
 
 #: The most ranks whose 0/1 bytes can be summed in place without a carry.
 PACKED_RANKS = 255
@@ -34,10 +34,24 @@ def dense(indices, values, n: int, comm: Communicator, *, dense_output: bool = F
     allreduce(full, comm, algorithm="auto", out=full)
     if dense_output:
         return full
-    packed = comm.size <= PACKED_RANKS
-    present = np.zeros(mask_bytes(n, comm.size) // 4, np.int32)
-    flags = present.view(np.uint8)[:n] if packed else present
-    flags[indices] = 1
+    present = _mark(indices, n, comm.size)
     allreduce(present, comm, algorithm="auto", out=present)
-    where = np.flatnonzero(present.view(np.uint8)[:n] if packed else present)
+    return _read_back(present, full, n, comm.size)
+
+
+def _flags(present: np.ndarray, n: int, p: int) -> np.ndarray:
+    return present.view(np.uint8)[:n] if p <= PACKED_RANKS else present
+
+
+@timed
+def _mark(indices, n: int, p: int) -> np.ndarray:
+    """This rank's presence mask, as the int32 words the allreduce sums."""
+    present = np.zeros(mask_bytes(n, p) // 4, np.int32)
+    _flags(present, n, p)[indices] = 1
+    return present
+
+
+@timed
+def _read_back(present: np.ndarray, full: np.ndarray, n: int, p: int):
+    where = np.flatnonzero(_flags(present, n, p))
     return where, full[where]
