@@ -457,3 +457,22 @@ def test_the_dense_paths_presence_mask_finds_the_union(monkeypatch, packed):
         for indices, values in results:
             assert np.array_equal(indices, union)
             assert np.array_equal(values, expected[union])
+
+
+def test_the_packed_mask_carries_nothing_at_255_ranks():
+    """255 ranks' 0/1 bytes summed as int32 words (np.add, as the library's sum reduces;
+    words wrap past 2³¹, which leaves every byte intact): every byte reads back as the
+    number of ranks that marked it, and no neighbour is touched; from 256 ranks each
+    element has an int32 of its own."""
+    import importlib
+
+    dense_module = importlib.import_module("allreduce.sparse.dense")
+    n = 10  # not whole words: the padding bytes stay 0
+    total = np.zeros(dense_module.mask_bytes(n, 255) // 4, np.int32)
+    for rank in range(255):
+        np.add(total, dense_module._mark(np.array([0, 3, 4, 9][:1 + rank % 4]), n, 255),
+               out=total)
+    counts = total.view(np.uint8)
+    assert list(counts[:n]) == [255, 0, 0, 191, 127, 0, 0, 0, 0, 63] and not counts[n:].any()
+    wide = dense_module._mark(np.array([2, 5]), n, 256)
+    assert wide.dtype == np.int32 and len(wide) == n and list(np.flatnonzero(wide)) == [2, 5]

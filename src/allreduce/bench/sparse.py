@@ -6,8 +6,8 @@ For each kind of support (:mod:`.sparse_inputs`) and density, the sparse algorit
 library's ``ring`` and the MPI library's ``MPI_Allreduce`` (the vector already densified:
 the most favourable case for dense); torch gloo's sparse ``all_reduce`` on the same pairs
 is timed last, alone, since gloo's threads slow everything else.  Every result is compared
-with ``MPI_Allreduce``'s (#wrong); the time each call spends in local work (merging,
-encoding, densifying: :func:`allreduce.sparse.vector.local_seconds`) is reported beside its
+with ``MPI_Allreduce``'s (#wrong); the time each call spends in local work (checking,
+merging, encoding, densifying: :func:`allreduce.sparse.vector.local_seconds`) is reported beside its
 time on the wire; each sparse row carries the model's prediction from the real supports
 (:func:`allreduce.sparse.auto.predict`); and the Top-k selection that would produce such
 pairs from a dense gradient is timed apart.

@@ -60,7 +60,7 @@ def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
         worst = min(row.seconds / _pick(rows, row.supports, row.density, "auto").seconds
                     for row in gloo)
         found.append((f"`auto` at least 2x torch gloo's sparse `all_reduce` at every density "
-                      f"({worst:.1f}x at worst)", worst >= 2))
+                      f"({worst:.2f}x at worst)", worst >= 2))
     exact = [row for row in rows if row.name in SPARSE_ALGORITHMS and row.n >= 1 << 20]
     errors = [row.predicted / row.seconds - 1 for row in exact]
     within = sum(abs(error) <= 0.3 for error in errors)

@@ -10,8 +10,9 @@ prediction takes the real unions instead (``supports=``) and the critical path o
 messages (:mod:`allreduce.sparse.cost`): that is the model the benchmark checks.
 
 A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
-local work, which in Python dominates from about 1% density: encoding and decoding pairs,
-merging sorted runs (a stable sort: m·lg m), densifying.  :data:`LOCAL` holds those costs
+local work, which in Python dominates from about 1% density: checking the indices,
+encoding and decoding pairs, merging sorted runs (a stable sort: m·lg m), densifying and
+the dense path's presence mask.  :data:`LOCAL` holds those costs
 as fitted to the local time the benchmark measures apart
 (:func:`allreduce.sparse.vector.local_seconds`) on the course's reference machine.
 """
@@ -44,8 +45,9 @@ def union(n: int, density: float, ranks: int) -> float:
 
 
 def measured_unions(supports: list[np.ndarray]) -> list[float]:
-    """``u[s]``, s = 0 … p: the mean size of the union of ``s`` ranks' supports, over the
-    ``p`` windows of consecutive ranks (the groups a ring's partial sums hold)."""
+    """``u[s]``, s = 0 … p: the mean size of the union of ``s`` ranks' supports (sorted,
+    unique indices, as the sparse allreduce takes them), over the ``p`` windows of
+    consecutive ranks (the groups a ring's partial sums hold)."""
     p = len(supports)
     length = 1 + max((int(s[-1]) for s in supports if len(s)), default=0)
     totals = np.zeros(p + 1)
