@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sparse_inputs import inputs
-from .timing import PEER, _interleaved, _slowest
+from .timing import PEER, _interleaved, _slowest, blocks
 
 DENSE_RING = "ring (densified)"
 GLOO = "torch gloo sparse"
@@ -89,10 +89,10 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
         dense = densify(indices, values, n)
         reference = np.empty_like(dense)
         comm.Allreduce(dense, reference)
-        results, local, calls = {}, {}, {}
+        results, local = {}, {}
 
         def call_of(name, dense=dense, indices=indices, values=values, results=results,
-                    local=local, calls=calls):
+                    local=local):
             if name == PEER:
                 out = np.empty_like(dense)
                 return lambda: (comm.Allreduce(dense, out), results.__setitem__(name, out))
@@ -103,8 +103,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             def run():
                 before = local_seconds()
                 results[name] = sparse_allreduce(indices, values, n, comm, algorithm=name)
-                local[name] = local.get(name, 0.0) + local_seconds() - before
-                calls[name] = calls.get(name, 0) + 1
+                local.setdefault(name, []).append(local_seconds() - before)
             return run
 
         names = [PEER, DENSE_RING, *algorithms]
@@ -122,7 +121,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             got = out if isinstance(out, np.ndarray) else densify(*out, n)
             wrong = int(np.sum(~np.isclose(got, reference, rtol=1e-5, atol=1e-5 * comm.size)))
             nnz = int(np.count_nonzero(got)) if isinstance(out, np.ndarray) else len(out[0])
-            mine = local[name] / calls[name] if name in calls else None
+            mine = _timed_local(local[name], iterations, warmup) if name in local else None
             spent = None if mine is None else comm.allreduce(mine, op=MPI.MAX)
             chosen = predicted = None
             if name not in (PEER, DENSE_RING) and comm.rank == 0:
@@ -137,6 +136,18 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
         rows.append(SparseRow(n, density, TOPK, selection, comm.size, max(counts),
                               max(counts), 0, None, source))
     return rows
+
+
+def _timed_local(per_call: list[float], iterations: int, warmup: int) -> float:
+    """This rank's local seconds per call, aggregated as :func:`_interleaved` aggregates
+    time: warm-up calls left out, the mean of each round's calls, the median of the rounds.
+    Each call's local work is part of its time on this rank, so the result never exceeds
+    the slowest rank's time."""
+    means, start = [], warmup
+    for block in blocks(iterations):
+        means.append(sum(per_call[start:start + block]) / block)
+        start += block
+    return float(np.median(means))
 
 
 def _idle_barrier(comm) -> None:

@@ -119,6 +119,12 @@ def time_reduce(nbytes: int, *, dtype: str = "float32", iterations: int = 20) ->
 ROUNDS = 5
 
 
+def blocks(iterations: int) -> list[int]:
+    """How many calls each round of :func:`_interleaved` times, in order."""
+    rounds = max(1, min(ROUNDS, iterations))
+    return [iterations // rounds + (index < iterations % rounds) for index in range(rounds)]
+
+
 def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest) -> dict:
     """Seconds per call of each of ``calls`` (name → function): the median, over rounds,
     of the slowest rank's mean time per call in that round.
@@ -137,10 +143,8 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
     names = list(calls)
     if not names:
         return {}
-    rounds = max(1, min(ROUNDS, iterations))
     per_call: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(rounds):
-        block = iterations // rounds + (index < iterations % rounds)
+    for index, block in enumerate(blocks(iterations)):
         shift = index % len(names)
         for name in names[shift:] + names[:shift]:
             call = calls[name]
