@@ -19,6 +19,7 @@ as fitted to the local time the benchmark measures apart
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -129,6 +130,13 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
 
 def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
            dense_output: bool = False) -> str:
-    """The candidate with the smallest :func:`predict` (ties to the one listed first)."""
-    return min(candidates, key=lambda name: predict(name, n, counts, itemsize, model,
+    """The candidate with the smallest :func:`predict` (ties to the one listed first),
+    remembered: Top-k sends the same counts every step, and the predictions cost about
+    as much as a small call's messages."""
+    return _choose(n, tuple(counts), itemsize, model, tuple(candidates), dense_output)
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose(n, counts, itemsize, model, candidates, dense_output) -> str:
+    return min(candidates, key=lambda name: predict(name, n, list(counts), itemsize, model,
                                                     dense_output=dense_output))
