@@ -127,7 +127,7 @@ def compact_label(bits: int, size: int) -> str:
 
 #: A rank's colour in the trace figures: Okabe & Ito's, which colour-blind readers tell apart.
 def rank_colour(rank: int) -> str:
-    from .messages import OKABE_ITO
+    from .style import OKABE_ITO
 
     return OKABE_ITO[rank % len(OKABE_ITO)]
 

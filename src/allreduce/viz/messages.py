@@ -15,10 +15,7 @@ import numpy as np
 
 from ..trace import Trace, TracingCommunicator
 from ..transports.threads import run_threads
-
-#: Okabe & Ito's colours, which readers with colour-blindness tell apart.
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
-             "#000000")
+from .style import OKABE_ITO, PAGE_WIDTH_IN
 
 
 def record_sparse(algorithm: str, vectors: Sequence[tuple[np.ndarray, np.ndarray]], n: int,
@@ -85,7 +82,6 @@ def message_figure(trace: Trace, n: int, dtype, step_names: Sequence[str] | None
     (:data:`allreduce.viz.style.PAGE_WIDTH_IN`).  Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from .style import PAGE_WIDTH_IN
 
     messages = sent(trace, dtype)
     steps = max((m[0] for m in messages), default=0)
@@ -113,7 +109,6 @@ def message_animation(trace: Trace, n: int, dtype, step_names: Sequence[str] | N
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
-    from .style import PAGE_WIDTH_IN
 
     messages = sent(trace, dtype)
     steps = max((m[0] for m in messages), default=0)

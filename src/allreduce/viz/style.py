@@ -9,7 +9,7 @@ and every lab in its imports cell.  It sets
   at its own size in the page's column (676 CSS px at a 1,280 px window, where 1 in is 96 CSS
   px and 1 pt is 4/3 px) shows 9 pt text at 12 px;
 * **colours**: the line colours cycle through Okabe & Ito's palette
-  (:data:`allreduce.viz.messages.OKABE_ITO`), which readers with any common colour-blindness
+  (:data:`OKABE_ITO`), which readers with any common colour-blindness
   tell apart, and the trace figures colour each rank by it too;
 * **vector output** where it helps: the book's pages show SVG (sharp at any zoom, text as
   outlines, so no font is fetched); the labs keep PNG (``svg=False``), because nbval compares
@@ -37,9 +37,11 @@ import struct
 import zlib
 from typing import Any
 
-from .messages import OKABE_ITO
+#: Okabe & Ito's colours, which readers with colour-blindness tell apart.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+             "#000000")
 
-__all__ = ["PAGE_WIDTH_IN", "RECORD_KEY", "SMALLEST_PT", "figure_record", "read_record",
+__all__ = ["OKABE_ITO", "PAGE_WIDTH_IN", "RECORD_KEY", "SMALLEST_PT", "figure_record", "read_record",
            "smallest_text", "use_book_style"]
 
 #: The widest figure that the page shows at its own size (676 CSS px at a 1,280 px window).
