@@ -955,3 +955,25 @@ def test_self_mode_checks_a_students_own_notebook(root, venv_bin, tmp_path, key)
     assert "**3 of 5 points (60%).**" in run.stdout
     assert "NotImplementedError: exercise allgather" in run.stdout
     assert json.loads((tmp_path / "results.json").read_text())["score"] == 3
+
+
+def test_a_checkout_under_tmp_is_bound_over_the_private_tmp(monkeypatch):
+    """The sandbox's private /tmp is mounted before the interpreter, the environment and the
+    library are bound, so a checkout under /tmp (a fresh clone in a mktemp folder) is still
+    there inside; bound after them, the empty /tmp hid it and no rank started.  (A real
+    grading run from a clone under /tmp is what ``make test`` in such a clone does.)"""
+    import itertools
+
+    from allreduce.grading import confine, sandbox
+    from allreduce.grading.sandbox import DEFAULT_LIMITS, command
+
+    real = sandbox._read_only_paths()
+    monkeypatch.setattr(sandbox, "_read_only_paths", lambda: [*real, Path("/tmp/clone/.venv")])
+    args = command(["true"], as_root=True, limits=DEFAULT_LIMITS,
+                   plan=confine.plan("ranks"))
+    tmp = next(i for i, pair in enumerate(itertools.pairwise(args))
+               if pair == ("--tmpfs", "/tmp"))
+    binds = [i for i, a in enumerate(args) if a in ("--ro-bind", "--bind", "--dir", "--tmpfs")
+             and i + 1 < len(args) and args[i + 1] != "/tmp"
+             and Path(args[i + 1]).is_relative_to("/tmp")]
+    assert binds and all(i > tmp for i in binds), "a mount under /tmp precedes the private /tmp"

@@ -133,15 +133,16 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan) -
             args += ["--symlink", os.readlink(link), str(link)]
         elif link.is_dir():
             args += ["--ro-bind", str(link), str(link)]
+    size = str(limits.fsize)
+    # the private /tmp first: a checkout or interpreter under /tmp is bound on top of it
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     mounts = _read_only_paths()
     for parent in _parents([*mounts, LIBRARY]):
         args += ["--perms", "0755", "--dir", str(parent)]
     for path in mounts:
         args += ["--ro-bind", str(path), str(path)]
     args += _library(plan.files)
-    size = str(limits.fsize)
     args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
              "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
              "--perms", "0755", "--dir", "/run",
              "--perms", "1777", "--size", size, "--tmpfs", RUN_FOLDER, "--chdir", RUN_FOLDER,
