@@ -3,6 +3,8 @@ so what they show is checked here)."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 import pytest
 
@@ -40,6 +42,22 @@ def test_chunk_labels_name_the_contributors():
     assert labels[0] == [["0"] * 3, ["1"] * 3, ["2"] * 3]
     assert labels[-1] == [["all"] * 3] * 3
     assert labels[1][1][2] == "0+1"  # step 1: rank 0 sends chunk (0-1) mod 3 = 2 to rank 1
+
+
+def test_rank_sets_are_labelled_with_plus_everywhere():
+    """One notation for a set of ranks, in the figures as in the tables: "0+1+2", never a
+    range "0-2" (or "0–2"), which reads as a subtraction."""
+    assert viz.compact_label(0b0111, 4) == "0+1+2"
+    assert viz.compact_label(0b1011, 4) == "0+1+3"
+    assert viz.compact_label(0b1111, 4) == "all"
+    assert viz.compact_label(0b1001111, 8) == "0+1+2+3+6"
+    trace, states = viz.record_states("tree", 8, 4)  # its partial sums are runs: 0+1+2+3
+    figure = viz.step_figure(trace, states, 1)
+    labels = {text.get_text() for ax in figure.axes for text in ax.texts}
+    assert "0+1+2+3" in labels and "4+5+6+7" in labels, labels
+    assert all(re.fullmatch(r"all|\d+(\+\d+)*", label) for label in labels), labels
+    assert {label for step in viz.chunk_labels(states, 1) for row in step for label in row} \
+        <= labels | {"mixed"}
 
 
 def test_figure_and_animation_have_one_panel_and_frame_per_step():

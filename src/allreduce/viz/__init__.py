@@ -48,7 +48,6 @@ def chunk_labels(states: np.ndarray, chunks: int) -> list[list[list[str]]]:
     ``t``, as text (``"0+1+3"``, ``"all"`` when complete, ``"mixed"`` if the chunk's
     elements differ)."""
     steps, size, count = states.shape
-    full = (1 << size) - 1
     labels = []
     for t in range(steps):
         rows = []
@@ -57,12 +56,7 @@ def chunk_labels(states: np.ndarray, chunks: int) -> list[list[list[str]]]:
             for chunk in range(chunks):
                 lo, hi = chunk_bounds(count, chunks, chunk)
                 values = np.unique(states[t, rank, lo:hi])
-                if len(values) != 1:
-                    row.append("mixed")
-                elif values[0] == full:
-                    row.append("all")
-                else:
-                    row.append("+".join(map(str, contributors(values[0]))))
+                row.append("mixed" if len(values) != 1 else compact_label(int(values[0]), size))
             rows.append(row)
         labels.append(rows)
     return labels
@@ -109,20 +103,11 @@ def step_table(states: np.ndarray, chunks: int,
 
 def compact_label(bits: int, size: int) -> str:
     """The ranks in ``bits`` as a figure labels them: ``"all"`` when all ``size`` are there,
-    runs of three or more as ``"0–3"``, the rest joined by ``+`` (``"0+2+3"``, ``"0–3+6"``)."""
+    else every rank joined by ``+`` (``"0+1+2"``, ``"0+2+3"``), as :func:`chunk_labels` and
+    the labs' tables write them (a range such as "0-2" would read as a subtraction)."""
     if bits == (1 << size) - 1:
         return "all"
-    ranks, parts, at = contributors(bits), [], 0
-    while at < len(ranks):
-        end = at
-        while end + 1 < len(ranks) and ranks[end + 1] == ranks[end] + 1:
-            end += 1
-        if end - at >= 2:
-            parts.append(f"{ranks[at]}\u2013{ranks[end]}")
-        else:
-            parts += [str(r) for r in ranks[at:end + 1]]
-        at = end + 1
-    return "+".join(parts)
+    return "+".join(map(str, contributors(bits)))
 
 
 #: A rank's colour in the trace figures: Okabe & Ito's, which colour-blind readers tell apart.
