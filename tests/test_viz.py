@@ -142,3 +142,50 @@ def test_animations_describe_themselves():
     assert 'alt="An animation of 5 frames on 3 ranks' in html
     assert 'alt="the ring, step by step"' in viz.animation_html(
         viz.animate(trace, states, 3), alt="the ring, step by step")
+
+
+def test_animation_controls_are_svg_icons_with_names():
+    """Each control of the player holds an inline SVG icon (a shape in the button's colour,
+    hidden from screen readers) and no text, and is named by its aria-label and title; the
+    browser test (tests/browser, test_animation_controls_are_drawn) checks they are drawn."""
+    from html.parser import HTMLParser
+
+    class Buttons(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.buttons, self.inside = [], False
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "button":
+                self.inside = True
+                self.buttons.append({"attrs": attrs, "tags": [], "text": ""})
+            elif self.inside:
+                self.buttons[-1]["tags"].append((tag, attrs))
+
+        def handle_startendtag(self, tag, attrs):
+            self.handle_starttag(tag, attrs)
+
+        def handle_endtag(self, tag):
+            self.inside = self.inside and tag != "button"
+
+        def handle_data(self, data):
+            if self.inside:
+                self.buttons[-1]["text"] += data
+
+    trace, states = viz.record_states("ring", 3, 6)
+    parser = Buttons()
+    parser.feed(viz.animation_html(viz.animate(trace, states, 3)))
+    names = [b["attrs"].get("aria-label") for b in parser.buttons]
+    assert names == ["Decrease speed", "First frame", "Previous frame", "Play backwards",
+                     "Pause", "Play", "Next frame", "Last frame", "Increase speed"]
+    paths = set()
+    for button in parser.buttons:
+        assert button["attrs"]["title"] == button["attrs"]["aria-label"]
+        assert not button["text"].strip(), button  # no glyph a font may lack
+        (svg, svg_attrs), (path, path_attrs) = button["tags"]
+        assert (svg, path) == ("svg", "path") and svg_attrs["aria-hidden"] == "true"
+        assert path_attrs["fill"] == "currentColor" and re.fullmatch(r"M[\d. MLHVhvlz-]+z",
+                                                                     path_attrs["d"])
+        paths.add(path_attrs["d"])
+    assert len(paths) == len(parser.buttons)  # nine different icons

@@ -5,8 +5,8 @@ Each page: every formula typeset by MathJax (no raw ``\\(``, ``\\[`` or ``$$`` l
 text), no error in the console, no broken image, no request that left this machine, no local
 resource missing; and a full-page screenshot saved under ``_build/screenshots/`` (with an
 ``index.html`` to flip through them in reading order).  Then: every internal link resolves
-(file and anchor), each trace animation plays and its controls work, and the search page
-finds "Rabenseifner" with nothing but the build.
+(file and anchor), each trace animation plays, its controls work and each shows an icon (not
+an empty box), and the search page finds "Rabenseifner" with nothing but the build.
 """
 
 from __future__ import annotations
@@ -264,6 +264,115 @@ def test_each_trace_animation_plays(chromium, book_site):
             played += 1
         assert not console_errors(chromium), page
     assert played >= len(pages)
+
+
+# each control of an animation as the page draws it: its name, the box of what it holds, and
+# for each character of its text whether the button's font draws it (a canvas drawing of the
+# character differs from that of U+10FFFD, a private-use code point no font has: the
+# "missing glyph" box), and whether it draws any ink at all
+CONTROLS = """
+const box = arguments[0];
+const canvas = document.createElement('canvas');
+canvas.width = canvas.height = 96;
+const context = canvas.getContext('2d', {willReadFrequently: true});
+const drawn = (text, font) => {
+  context.clearRect(0, 0, 96, 96);
+  context.font = font; context.textBaseline = 'middle'; context.fillStyle = '#000';
+  context.fillText(text, 16, 48);
+  return context.getImageData(0, 0, 96, 96).data.filter((v, i) => i % 4 === 3);
+};
+const same = (a, b) => a.length === b.length && a.every((v, i) => v === b[i]);
+return Array.from(box.querySelectorAll('button')).map(button => {
+  const style = getComputedStyle(button);
+  const font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const missing = drawn(String.fromCodePoint(0x10FFFD), font);
+  const range = document.createRange();
+  range.selectNodeContents(button);
+  const content = range.getBoundingClientRect();
+  const glyphs = Array.from(button.textContent.replace(/\\s/g, '')).map(ch => {
+    const ink = drawn(ch, font);
+    return {ch: 'U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'),
+            missing: same(ink, missing), ink: ink.some(v => v > 0)};
+  });
+  return {name: button.getAttribute('aria-label') || button.getAttribute('title') || '',
+          width: content.width, height: content.height, glyphs,
+          svgs: Array.from(button.querySelectorAll('svg')).map(svg => {
+            const b = svg.getBBox(); return [b.width, b.height]; })};
+});
+"""
+
+# hide what a control holds (its text and its child elements), or show it again
+HIDE_ICON = """
+const [button, hide] = arguments;
+button.style.color = hide ? 'transparent' : '';
+button.querySelectorAll('*').forEach(e => { e.style.visibility = hide ? 'hidden' : ''; });
+"""
+
+SMALLEST_ICON_PX = 8
+LEAST_INK_PX = 12  # the thinnest icon, the minus of "Decrease speed", is 10 × 2 px
+
+
+def _ink(driver, button) -> int:
+    """The pixels of the control that its icon draws: a screenshot of it against one with
+    its icon hidden."""
+    from io import BytesIO
+
+    from PIL import Image, ImageChops
+
+    shown = Image.open(BytesIO(button.screenshot_as_png)).convert("RGB")
+    driver.execute_script(HIDE_ICON, button, True)
+    try:
+        hidden = Image.open(BytesIO(button.screenshot_as_png)).convert("RGB")
+    finally:
+        driver.execute_script(HIDE_ICON, button, False)
+    if shown.size != hidden.size:
+        return shown.size[0] * shown.size[1]  # hiding it moved the button: it drew something
+    difference = ImageChops.difference(shown, hidden).convert("L")
+    return sum(1 for value in difference.getdata() if value > 40)
+
+
+def drawn_controls(driver, box, where: str) -> list[str]:
+    """What is wrong with how an animation's controls are drawn: a control with no name for
+    a screen reader, one whose icon is smaller than SMALLEST_ICON_PX, an SVG icon with no
+    shape in it, a character no font of the page has (drawn as an empty box, as U+23EE was
+    with DejaVu and Liberation), or an icon that puts almost no ink on the screen."""
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
+    controls = driver.execute_script(CONTROLS, box)
+    buttons = box.find_elements("css selector", "button")
+    problems = [] if len(controls) >= 8 else [f"{where}: only {len(controls)} controls"]
+    for control, button in zip(controls, buttons, strict=True):
+        name = f"{where}, control {control['name']!r}"
+        if not control["name"].strip():
+            problems.append(f"{name}: no aria-label or title")
+        if min(control["width"], control["height"]) < SMALLEST_ICON_PX:
+            problems.append(f"{name}: its icon is {control['width']:.0f} × "
+                            f"{control['height']:.0f} px")
+        problems += [f"{name}: an SVG icon with no shape ({w:.0f} × {h:.0f})"
+                     for w, h in control["svgs"] if min(w, h) <= 0]
+        problems += [f"{name}: {g['ch']} is in no font of the page (drawn as an empty box)"
+                     for g in control["glyphs"] if g["missing"]]
+        problems += [f"{name}: {g['ch']} draws nothing"
+                     for g in control["glyphs"] if not g["ink"] and not g["missing"]]
+        if not control["glyphs"] and not control["svgs"]:
+            problems.append(f"{name}: holds neither text nor an SVG icon")
+        ink = _ink(driver, button)
+        if ink < LEAST_INK_PX:
+            problems.append(f"{name}: its icon draws {ink} px on the screen")
+    return problems
+
+
+def test_animation_controls_are_drawn(chromium, book_site):
+    """Every control of every animation shows an icon a reader can see (drawn_controls):
+    the buttons of matplotlib's player once drew as empty boxes on Linux."""
+    root, folder = book_site
+    problems, checked = [], 0
+    for page in animation_pages(folder):
+        open_page(chromium, urljoin(root, f"{page}.html"))
+        for number, box in enumerate(chromium.find_elements("css selector", "div.animation")):
+            problems += drawn_controls(chromium, box, f"{page}, animation {number + 1}")
+            checked += 1
+    assert checked, "no animation was checked"
+    assert not problems, f"{len(problems)} controls not drawn:\n" + "\n".join(problems[:30])
 
 
 def _search(driver, url: str) -> list[str]:

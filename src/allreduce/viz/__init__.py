@@ -260,21 +260,36 @@ def animate(trace: Trace, states: np.ndarray, chunks: int,
 
 
 #: Icons for matplotlib's animation controls, which it draws with Font Awesome loaded from a
-#: CDN: symbols instead, so that the controls show in a page read offline.
-_CONTROL_SYMBOLS = {"fa fa-minus": "\u2212", "fa fa-fast-backward": "\u23ee",
-                    "fa fa-step-backward": "\u25c0\u2223", "fa fa-play fa-flip-horizontal": "\u25c0",
-                    "fa fa-pause": "\u23f8", "fa fa-play": "\u25b6",
-                    "fa fa-step-forward": "\u2223\u25b6", "fa fa-fast-forward": "\u23ed",
-                    "fa fa-plus": "+"}
+#: CDN: inline SVG instead (one path each, in a 16 × 16 box, drawn in the button's text
+#: colour), so the controls show in a page read offline and need no font at all.  Symbols
+#: such as U+23EE (⏮) are not in the fonts most Linux machines have (DejaVu, Liberation) and
+#: drew as empty boxes.  The buttons keep matplotlib's titles and aria-labels.
+_CONTROL_PATHS = {
+    "fa fa-minus": "M3 7h10v2H3z",
+    "fa fa-fast-backward": "M2 3h2v10H2zM9 3v10L4 8zM14 3v10L9 8z",
+    "fa fa-step-backward": "M3 3h2v10H3zM13 3v10L6 8z",
+    "fa fa-play fa-flip-horizontal": "M12 3v10L4 8z",
+    "fa fa-pause": "M4 3h3v10H4zM9 3h3v10H9z",
+    "fa fa-play": "M4 3v10l8-5z",
+    "fa fa-step-forward": "M3 3v10l7-5zM11 3h2v10h-2z",
+    "fa fa-fast-forward": "M2 3v10l5-5zM7 3v10l5-5zM12 3h2v10h-2z",
+    "fa fa-plus": "M7 3h2v4h4v2H9v4H7V9H3V7h4z",
+}
+
+
+def _control_icon(path: str) -> str:
+    return ('<svg class="anim-icon" viewBox="0 0 16 16" width="16" height="16" '
+            'aria-hidden="true" focusable="false" style="vertical-align: middle">'
+            f'<path fill="currentColor" d="{path}"/></svg>')
 
 
 def animation_html(animation, alt: str | None = None) -> str:
     """``animation.to_jshtml()`` with nothing loaded from the network: the controls'
     Font Awesome stylesheet (a CDN link in matplotlib's template) is dropped and each icon
-    replaced by a Unicode symbol; the buttons keep their titles and labels.  The frame's
-    image gets ``alt`` as its text for a reader who cannot see it (by default the
-    animation's ``alt_text``, which :func:`animate` sets, or a sentence saying it is an
-    animation of so many frames)."""
+    replaced by an inline SVG (:data:`_CONTROL_PATHS`); the buttons keep their titles and
+    labels.  The frame's image gets ``alt`` as its text for a reader who cannot see it (by
+    default the animation's ``alt_text``, which :func:`animate` sets, or a sentence saying it
+    is an animation of so many frames)."""
     html = re.sub(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "",
                   animation.to_jshtml())
     if alt is None:
@@ -285,8 +300,8 @@ def animation_html(animation, alt: str | None = None) -> str:
                           lambda m: f'<img id="{m.group(1)}" alt="{escape(alt)}"', html, count=1)
     if not found:
         raise RuntimeError("matplotlib's animation template changed: no frame image found")
-    for icon, symbol in _CONTROL_SYMBOLS.items():
-        html = html.replace(f'<i class="{icon}"></i>', f"<span aria-hidden=\"true\">{symbol}</span>")
+    for icon, path in _CONTROL_PATHS.items():
+        html = html.replace(f'<i class="{icon}"></i>', _control_icon(path))
     if "font-awesome" in html or 'class="fa ' in html:
         raise RuntimeError("matplotlib's animation template changed: an icon or link was left")
     return html
