@@ -2,11 +2,12 @@
 network blocked, over HTTP from 127.0.0.1 (and a few over file://).
 
 Each page: every formula typeset by MathJax (no raw ``\\(``, ``\\[`` or ``$$`` left in its
-text), no error in the console, no broken image, no request that left this machine, no local
-resource missing; and a full-page screenshot saved under ``_build/screenshots/`` (with an
-``index.html`` to flip through them in reading order).  Then: every internal link resolves
-(file and anchor), each trace animation plays, its controls work and each shows an icon (not
-an empty box), and the search page finds "Rabenseifner" with nothing but the build.
+text), no Markdown table left as the text of a paragraph, no error in the console, no broken
+image, no request that left this machine, no local resource missing; and a full-page
+screenshot saved under ``_build/screenshots/`` (with an ``index.html`` to flip through them in
+reading order).  Then: every internal link resolves (file and anchor), each trace animation
+plays, its controls work and each shows an icon (not an empty box), and the search page finds
+"Rabenseifner" with nothing but the build.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
 from selenium.common.exceptions import WebDriverException
+from test_book import markdown_table_lines
 
 from .conftest import SCREENSHOTS, requests_that_left, toc_pages, write_screenshot_index
 
@@ -72,6 +74,23 @@ Promise.all(images.map(img => {
 """
 
 
+# the text of every paragraph as the page shows it, code and MathJax's hidden MathML left out
+PARAGRAPHS = """
+return Array.from(document.querySelectorAll('p')).filter(p => !p.closest('pre')).map(p => {
+  const clone = p.cloneNode(true);
+  clone.querySelectorAll('code, mjx-assistive-mml').forEach(e => e.remove());
+  return clone.textContent;
+});
+"""
+
+
+def tables_as_text(driver) -> list[str]:
+    """The paragraphs of the open page that show a Markdown table as text (markdown_table_lines
+    of tests/test_book.py, which scans the built files the same way)."""
+    return [" / ".join(lines[:3]) for lines in
+            map(markdown_table_lines, driver.execute_script(PARAGRAPHS)) if lines]
+
+
 def _events(performance_log: list[dict], method: str) -> list[dict]:
     return [m["params"] for m in (json.loads(e["message"])["message"] for e in performance_log)
             if m["method"] == method]
@@ -111,6 +130,7 @@ def test_page_as_a_reader_sees_it(chromium, book_site, page):
     assert not mathjax.startswith("error"), mathjax
     math = chromium.execute_script(MATH_REPORT)
     images = chromium.execute_async_script(BROKEN_IMAGES)
+    tables = tables_as_text(chromium)
     errors = console_errors(chromium)
     log = chromium.get_log("performance")
     save_screenshot(chromium, page)
@@ -121,6 +141,7 @@ def test_page_as_a_reader_sees_it(chromium, book_site, page):
     assert math["containers"] >= math["math"], math
     assert math["errors"] == 0, f"{page}: MathJax reported {math['errors']} TeX errors"
     assert not math["raw"], f"{page}: raw TeX delimiters in the text: {math['raw']}"
+    assert not tables, f"{page}: Markdown tables shown as text:\n" + "\n".join(tables)
     assert not errors, f"{page}: console errors:\n" + "\n".join(errors)
     assert not images["broken"], f"{page}: broken images: {images['broken']}"
     assert not requests_that_left(log), f"{page} fetched from the network: {requests_that_left(log)}"
