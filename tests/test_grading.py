@@ -185,16 +185,18 @@ def test_the_judge_counts_matched_messages_until_their_receiver_waits(monkeypatc
         _message(hoarder, 0, "isend", 2, 1, 600 << 10)
 
 
-def _graded_reduce_scatter(key, code: str):
-    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body."""
+def _graded_reduce_scatter(key, code: str, *, stub: bool = True, timeout: float = 20):
+    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body
+    (before the key's own solution, with ``stub=False``)."""
     from allreduce.grading import run
 
     spec = grading.spec(key, "reduce_scatter")
     submission = nbformat.from_dict(key)
     for cell in submission.cells:
         if grading.role(cell) == ("reduce_scatter", "solution"):
-            cell.source = _body(_stub(cell.source, "reduce_scatter"), code)
-    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+            cell.source = _body(_stub(cell.source, "reduce_scatter") if stub else cell.source,
+                                code)
+    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=timeout)
 
 
 HOARD = """\
@@ -979,3 +981,167 @@ def test_a_checkout_under_tmp_is_bound_over_the_private_tmp(monkeypatch):
              and i + 1 < len(args) and args[i + 1] != "/tmp"
              and Path(args[i + 1]).is_relative_to("/tmp")]
     assert binds and all(i > tmp for i in binds), "a mount under /tmp precedes the private /tmp"
+
+
+# -- issue 25: no side channel, every limit real, every case bounded ------------------------------
+
+SYSCALLS = """\
+import ctypes, json, subprocess, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    result = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+    return 0 if result >= 0 else ctypes.get_errno()
+names = json.loads(sys.argv[1])
+lock = ctypes.create_string_buffer(32)
+shared = open("/usr/bin/env", "rb")  # a file of the read-only /usr every sandbox shares
+found = {name: call(nr) for name, nr in names.items()}
+found |= {f"fcntl {cmd}": call(72, shared.fileno(), cmd, ctypes.addressof(lock))
+          for cmd in json.loads(sys.argv[2])}
+found["flock on /usr"] = call(73, shared.fileno(), 2 | 4)  # LOCK_EX | LOCK_NB
+found["clone3"] = call(435, 0, 0)
+found["clone CLONE_NEWUSER"] = call(56, 0x10000000 | 17, 0, 0, 0, 0)
+found["fcntl F_GETFL"] = call(72, shared.fileno(), 3)  # not a lock: allowed
+import numpy as np
+found["numpy"] = int(np.arange(10).sum())
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+found["a subprocess"] = subprocess.run(["/bin/true"]).returncode  # clone3, then clone
+print(json.dumps(found))"""
+
+
+def _in_a_sandbox(script: str, *argv: str) -> dict:
+    """``script`` run by the sandbox's interpreter in a rank's sandbox (the command line,
+    syscall filter included, that grading uses); what it printed, as JSON."""
+    import sys
+
+    from allreduce.grading import confine, sandbox
+
+    fd = sandbox.syscall_filter()
+    args = sandbox.command([sys.executable, "-I", "-c", script, *argv], as_root=os.geteuid() == 0,
+                           limits=sandbox.DEFAULT_LIMITS, plan=confine.plan("ranks"),
+                           filter_fd=fd)
+    try:
+        run = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                             pass_fds=[] if fd is None else [fd])
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+@needs_sandbox
+def test_the_syscall_filter_refuses_every_listed_call_and_numpy_still_runs(monkeypatch):
+    """Inside a rank's sandbox every call the filter lists fails with EPERM (clone3 with
+    ENOSYS, so that glibc falls back to clone), while numpy, threads and subprocesses work.
+    Without the filter the keyring, memfd and the locks on the shared /usr all worked: that
+    is how two ranks passed their data without the judge."""
+    import errno
+
+    from allreduce.grading import sandbox, seccomp
+
+    locks = list(seccomp.FCNTL_DENIED)
+    found = _in_a_sandbox(SYSCALLS, json.dumps(seccomp.DENIED), json.dumps(locks))
+    denied = {name for name in [*seccomp.DENIED, *(f"fcntl {c}" for c in locks),
+                                "flock on /usr", "clone CLONE_NEWUSER"]}
+    assert {name: found[name] for name in denied} == dict.fromkeys(denied, errno.EPERM)
+    assert found["clone3"] == errno.ENOSYS
+    assert found["fcntl F_GETFL"] == 0 and found["numpy"] == 45 and found["a subprocess"] == 0
+    monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)  # the same calls, unfiltered
+    safe = {name: seccomp.DENIED[name] for name in ("keyctl", "memfd_create", "inotify_init")}
+    unfiltered = _in_a_sandbox(SYSCALLS.replace('found["clone', '# found["clone'),
+                               json.dumps(safe), json.dumps([37, 6]))
+    assert unfiltered["memfd_create"] != errno.EPERM and unfiltered["inotify_init"] == 0
+    assert unfiltered["fcntl 37"] == 0 and unfiltered["flock on /usr"] == 0
+
+
+ZEROS_AROUND_THE_RING = """\
+p, rank, n = comm.size, comm.rank, len(buf)
+scratch = np.zeros(-(-n // p), dtype=buf.dtype)
+for step in range(p - 1):  # the ring's messages, with nothing in them
+    s_lo, s_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+    r_lo, r_hi = chunk_bounds(n, p, (rank - step - 2) % p)
+    comm.sendrecv(np.zeros(s_hi - s_lo, buf.dtype), (rank + 1) % p, scratch[: r_hi - r_lo],
+                  (rank - 1) % p)
+"""
+
+OFD_LOCKS = ZEROS_AROUND_THE_RING + """\
+import ctypes, fcntl, os, struct, time
+shared = os.open("/usr/bin/env", os.O_RDONLY)  # the same file in every sandbox
+def lock(kind, start, length, command):  # struct flock: type, whence, start, len, pid
+    packed = struct.pack("hhqqi4x", kind, 0, start, length, 0)
+    return struct.unpack("hhqqi4x", fcntl.fcntl(shared, command, packed))
+def key(r, i):  # a range of 2**32 bytes per (case, rank, element)
+    return ((n * 8 + r) * 4096 + i) << 32
+for i, value in enumerate(buf):  # the data, in the starts of read locks (values < 2**32)
+    lock(fcntl.F_RDLCK, key(rank, i) + int(value), 1, 37)  # F_OFD_SETLK
+theirs = {rank: buf.copy()}
+deadline = time.monotonic() + 5
+while len(theirs) < p and time.monotonic() < deadline:
+    for r in set(range(p)) - set(theirs):
+        got = [lock(fcntl.F_WRLCK, key(r, i), 1 << 32, 36) for i in range(n)]  # F_OFD_GETLK
+        if all(g[0] == fcntl.F_RDLCK for g in got):
+            theirs[r] = np.array([g[2] - key(r, i) for i, g in enumerate(got)], buf.dtype)
+    time.sleep(0.01)
+lo, hi = chunk_bounds(n, p, rank)
+buf[lo:hi] = sum(theirs.values())[lo:hi]
+return lo, hi"""
+
+
+@needs_sandbox
+def test_ranks_passing_their_data_in_file_locks_score_0(key):
+    """The ring's messages with zeros in them, and the data in open-file-description locks on
+    a file of the shared read-only /usr (its value in each lock's start): it scored 3/3.
+    The syscall filter refuses the locks."""
+    result = _graded_reduce_scatter(key, OFD_LOCKS)
+    assert result.score == 0, result.message
+    assert "PermissionError: [Errno 1] Operation not permitted" in result.message, result.message
+
+
+KEY_DONOR = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+solution = {source!r}.encode()
+made = libc.syscall(ctypes.c_long(248), b"user", b"allreduce-side-solution", solution,
+                    ctypes.c_long(len(solution)), ctypes.c_long(-4))  # the user keyring
+if made >= 0:  # readable by every uid: KEYCTL_SETPERM 0x3f3f3f3f
+    libc.syscall(ctypes.c_long(250), ctypes.c_long(5), ctypes.c_long(made),
+                 ctypes.c_long(0x3F3F3F3F))
+"""
+
+KEY_TAKER = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+found = [int(line.split()[0], 16) for line in open("/proc/keys")
+         if "allreduce-side-solution" in line]
+if not found:
+    raise RuntimeError("no key to take")
+held = ctypes.create_string_buffer(1 << 16)
+size = libc.syscall(ctypes.c_long(250), ctypes.c_long(11), ctypes.c_long(found[-1]), held,
+                    ctypes.c_long(1 << 16))  # KEYCTL_READ
+if size < 0:
+    raise OSError(ctypes.get_errno(), "keyctl read")
+space = dict(globals())
+exec(held.raw[:size].decode().replace("%%px --no-stream", ""), space)
+return space["reduce_scatter"](buf, comm, op)"""
+
+
+def _keys() -> str:
+    return Path("/proc/key-users").read_text()
+
+
+@needs_sandbox
+def test_a_key_left_in_the_kernel_reaches_no_later_submission(key):
+    """A submission left its solution in a key of the kernel's keyring (readable by every
+    uid), which outlived its run; a submission with no solution of its own, graded after it,
+    read the key and scored 3/3.  The syscall filter refuses the keyring: the donor's own
+    code still scores, the taker scores 0, and the kernel holds no more keys than before."""
+    before = _keys()
+    source = next(c.source for c in key.cells
+                  if grading.role(c) == ("reduce_scatter", "solution"))
+    donor = _graded_reduce_scatter(key, KEY_DONOR.format(source=source), stub=False)
+    assert donor.score == 1, donor.message
+    taker = _graded_reduce_scatter(key, KEY_TAKER)
+    assert taker.score == 0 and "no key to take" in taker.message, taker.message
+    assert _keys() == before

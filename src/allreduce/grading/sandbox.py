@@ -16,6 +16,9 @@ What a rank sees and may do:
   ``_build/``, ``student/``, no other submission, no scores, no home);
 * writable: a private ``/tmp`` and its run folder, both in memory, size-capped and gone
   when it ends; nothing on the disk at all.  Its code and data come over its socket;
+* a syscall filter (:mod:`allreduce.grading.seccomp`, ``bwrap --seccomp``), as root too:
+  no keyring, no file locks or inotify on the files the sandboxes share, no ``memfd`` or
+  SysV shared memory, no ``ptrace``, ``io_uring``, ``bpf``, mounts or new namespaces;
 * limits (``resource.setrlimit`` in :mod:`allreduce.grading.confine`, before any student
   code): processes and threads (``RLIMIT_NPROC``), memory per process (``RLIMIT_DATA``, which,
   unlike ``RLIMIT_AS``, lets ``import torch`` reserve its address space), CPU seconds per
@@ -123,10 +126,14 @@ def _library(files) -> list[str]:
     return args + ["--remount-ro", str(LIBRARY)]
 
 
-def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan) -> list[str]:
+def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan,
+            filter_fd: int | None = None) -> list[str]:
     """The ``bwrap`` command line that runs ``launcher`` inside a fresh sandbox with the
-    library's files that ``plan`` lists."""
+    library's files that ``plan`` lists, under the syscall filter read from ``filter_fd``
+    (:func:`syscall_filter`)."""
     args = [str(bwrap()), "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    if filter_fd is not None:
+        args += ["--seccomp", str(filter_fd)]
     for name in ("bin", "sbin", "lib", "lib64", "lib32"):
         link = Path("/") / name
         if link.is_symlink():
@@ -156,6 +163,25 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan) -
     for name, value in environment.items():
         args += ["--setenv", name, value]
     return args + ["--", *launcher]
+
+
+SYSCALL_FILTER = True  # the grading tests turn it off to test what holds without it
+
+
+def syscall_filter() -> int | None:
+    """A descriptor to read the syscall filter from (:mod:`allreduce.grading.seccomp`),
+    for one ``bwrap``, which reads and closes it; ``None`` when :data:`SYSCALL_FILTER` is
+    off.  The caller passes it to the child and closes its own copy."""
+    if not SYSCALL_FILTER:
+        return None
+    from .seccomp import program
+
+    read, write = os.pipe()
+    try:
+        os.write(write, program())  # a few hundred bytes: within any pipe's buffer
+    finally:
+        os.close(write)
+    return read
 
 
 def launcher(fd: int, rank: int, uid: int | None, limits: Limits, plan: Plan,
@@ -210,12 +236,17 @@ class Sandbox:
         as_root = os.geteuid() == 0
         uid = free_uid() if as_root and enabled else None
         argv = launcher(fd, rank, uid, limits, plan, function)
+        filter_fd = syscall_filter() if enabled else None
         if enabled:
-            argv = command(argv, as_root=as_root, limits=limits, plan=plan)
-        process = subprocess.Popen(argv, pass_fds=[fd], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   start_new_session=True,
-                                   env=None if enabled else _plain_environment())
+            argv = command(argv, as_root=as_root, limits=limits, plan=plan, filter_fd=filter_fd)
+        try:
+            process = subprocess.Popen(argv, pass_fds=[fd, *([] if filter_fd is None else [filter_fd])],
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, start_new_session=True,
+                                       env=None if enabled else _plain_environment())
+        finally:
+            if filter_fd is not None:
+                os.close(filter_fd)
         sandbox = cls(process, uid)
         threading.Thread(target=sandbox._drain, daemon=True).start()
         return sandbox
@@ -259,14 +290,21 @@ def probe(limits: Limits = DEFAULT_LIMITS) -> str | None:
     as_root = os.geteuid() == 0
     uid = free_uid() if as_root else None
     ranks = plan("ranks")
+    try:
+        filter_fd = syscall_filter()
+    except OSError as error:
+        return str(error)
     argv = command(launcher(0, 0, uid, limits, ranks, probe=True), as_root=as_root,
-                   limits=limits, plan=ranks)
+                   limits=limits, plan=ranks, filter_fd=filter_fd)
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL,
+                             pass_fds=[filter_fd] if filter_fd is not None else [])
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bwrap did not run: {error}"
     finally:
+        if filter_fd is not None:
+            os.close(filter_fd)
         if uid is not None:
             kill_uid(uid)
     if run.returncode or "confined as uid" not in run.stdout:
