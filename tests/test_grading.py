@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -28,7 +29,9 @@ from allreduce.grading.sandbox import probe
 RING = "labs/50_ring_allreduce.ipynb"
 NAIVE = "labs/30_naive_allreduce.ipynb"
 LABS = sorted(p.name for p in (Path(__file__).parent.parent / "labs").glob("*.ipynb"))
-MARK = "allreduce-hostile-detached"  # in the command line of the process a submission leaves
+RUN = uuid.uuid4().hex  # this test run: in the environment of every process it starts
+os.environ["ALLREDUCE_TEST_RUN"] = RUN  # (the sandboxes' bwrap keep it; inside, it is cleared)
+MARK = f"allreduce-hostile-detached-{RUN}"  # in the command line of what a submission leaves
 
 _NO_SANDBOX = probe()  # None where bwrap can start a sandbox (as root, or with user namespaces)
 # CI runs as root and can always sandbox: there (.ci/run sets it) a missing sandbox fails
@@ -464,8 +467,10 @@ def csv_rows(path: Path):
 
 
 def _leftovers() -> str:
-    """The processes a run left behind: any whose command line names the hostile mark or
-    the ranks' launcher (read from /proc: no pgrep, which may not be installed)."""
+    """The processes a run of this test session left behind: any whose command line names
+    this session's hostile mark, or the ranks' launcher under a process of this session
+    (read from /proc: no pgrep, which may not be installed).  Another grading run on the
+    same machine, whose launchers are not this session's, is not counted."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -473,9 +478,26 @@ def _leftovers() -> str:
         except OSError:  # it ended meanwhile
             continue
         line = " ".join(a for a in argv if a)
-        if proc.name != str(os.getpid()) and (MARK in line or "grading/confine.py" in line):
+        if proc.name != str(os.getpid()) and (
+                MARK in line or ("grading/confine.py" in line and _ours(proc))):
             found.append(f"{proc.name} {line[:200]}")
     return "\n".join(found)
+
+
+def _ours(proc: Path) -> bool:
+    """Whether ``proc`` or a process above it has this session's mark in its environment."""
+    mark = f"ALLREDUCE_TEST_RUN={RUN}".encode()
+    for _ in range(64):
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                return True
+            parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if parent <= 1:
+            return False
+        proc = Path("/proc") / str(parent)
+    return False
 
 
 @pytest.fixture
@@ -883,7 +905,8 @@ def test_the_keys_solutions_score_everything_and_a_student_copy_nothing(root, tm
 @needs_sandbox
 def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path, key):
     """Ctrl-C on `allreduce-grade --jobs 2` while both runs hang: the grader exits within
-    seconds and leaves nothing behind."""
+    a second or two (it took 46 s against a rank that stalled the judge) and leaves nothing
+    behind."""
     folder = tmp_path / "submissions"
     folder.mkdir()
     hang = {"reduce_scatter": lambda s: _body(s, "import time\ntime.sleep(600)")}
@@ -898,7 +921,8 @@ def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path,
     os.kill(grader.pid, signal.SIGINT)
     out, err = grader.communicate(timeout=60)
     assert grader.returncode != 0 and "KeyboardInterrupt" in err, (grader.returncode, out, err)
-    assert time.monotonic() - interrupted < 10, "the grader waited for its runs"
+    # the judges look at Ctrl-C every 0.2 s; the rest is ending the sandboxes and Python
+    assert time.monotonic() - interrupted < 3, "the grader waited for its runs"
     time.sleep(1)
     assert not _leftovers(), _leftovers()
 
@@ -1145,3 +1169,164 @@ def test_a_key_left_in_the_kernel_reaches_no_later_submission(key):
     taker = _graded_reduce_scatter(key, KEY_TAKER)
     assert taker.score == 0 and "no key to take" in taker.message, taker.message
     assert _keys() == before
+
+
+@needs_sandbox
+def test_the_data_must_cross_the_judge_even_where_a_side_channel_is_open(key, monkeypatch):
+    """With the syscall filter off (a side channel open), the ranks that send zeros around
+    the ring and pass the data in file locks compute the right values in the right pattern
+    (3/3 before the check): every message's content is compared with what the taught ring
+    sends at that step, so they score 0."""
+    from allreduce.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)
+    result = _graded_reduce_scatter(key, OFD_LOCKS)
+    assert result.score == 0, result.message
+    assert re.search(r"reduce_scatter for n = 1: rank 0's message 1 to rank 1 is one more|"
+                     r"reduce_scatter for n = \d+: rank \d's message 1 to rank \d did not hold "
+                     r"the data the taught algorithm sends at that step \(element 0: 0, where",
+                     result.message), result.message
+    honest = _graded_reduce_scatter(key, "", stub=False)  # the key's own ring: unaffected
+    assert honest.score == 1, honest.message
+
+
+def _padded_trace(receives: int, round_trips: int):
+    """Rank 0 waits once for ``receives`` empty messages from rank 1, which sends all but
+    the last, then makes ``round_trips`` round trips with rank 2, then sends the last: the
+    replay tried rank 0's wait once per round, rescanning every receive already sent."""
+    from allreduce.trace import Event
+
+    zero = [Event("recv", 0, 1, 0, 0, 0, id=i) for i in range(receives)]
+    zero.append(Event("wait", 0, requests=tuple(range(receives)), id=receives))
+    one, two = [], []
+    for i in range(receives - 1):
+        one.append(Event("send", 1, 0, 0, 0, 0, id=len(one)))
+    for _ in range(round_trips):
+        for mine, peer, rank in ((one, 2, 1), (two, 1, 2)):
+            mine.append(Event("send", rank, peer, 1, 1, 8, id=len(mine)))
+            mine.append(Event("recv", rank, peer, 1, 1, 8, id=len(mine)))
+            mine.append(Event("wait", rank, requests=(len(mine) - 2, len(mine) - 1),
+                              id=len(mine)))
+    one.append(Event("send", 1, 0, 0, 0, 0, id=len(one)))
+    one.append(Event("wait", 1, requests=tuple(range(receives - 1)) + (len(one) - 1,),
+                     id=len(one)))
+    return [zero, one, two, []]
+
+
+def test_the_pattern_replay_is_linear_and_stops_at_the_deadline():
+    """30,000 empty receives in one wait and 10,000 round trips took the pattern check
+    165-239 s of the grader's own time after the case ended (its replay rescanned the wait
+    each round); it is linear now, and a replay asked to give up raises."""
+    from allreduce.trace import Trace
+
+    events = _padded_trace(30_000, 10_000)
+    started = time.monotonic()
+    assert Trace(events, itemsize=8).steps() == 10_000  # each exchange: one step, both ways
+    seconds = time.monotonic() - started
+    assert seconds < 10, f"the replay of {sum(map(len, events))} events took {seconds:.0f} s"
+    with pytest.raises(TimeoutError, match="the replay was stopped after 4096 events"):
+        Trace(events, itemsize=8, give_up=lambda: True).steps()
+
+
+FLOODS_THE_JUDGE = RANK + """\
+import struct, json
+frame = json.dumps({"op": "wait", "ids": [], "blobs": []}).encode()
+frame = struct.pack("!I", len(frame)) + frame
+me.sock.setblocking(True)
+while True:  # requests the judge answers, and not one answer read
+    me.sock.sendall(frame * 30_000)"""
+
+
+@needs_sandbox
+def test_a_rank_that_floods_the_judge_and_reads_nothing_is_stopped_in_time(key):
+    """A rank that sends many tiny requests and never reads the replies: each reply blocked
+    the judge up to 10 s once the rank's socket was full (314 s at --timeout 60), and waits
+    with no ids were not counted.  The judge never blocks now and counts every request."""
+    started = time.monotonic()
+    result = _graded_reduce_scatter(key, FLOODS_THE_JUDGE, timeout=30)
+    seconds = time.monotonic() - started
+    assert result.score == 0 and seconds < 30 + 10, (seconds, result.message)
+    assert re.search("rank [0-3] (made more than 100000 requests|did not read the grader's)|"
+                     "did not finish within 30 s", result.message), result.message
+
+
+HOLD = """\
+import ctypes, mmap, os, sys
+size = {size}
+if not hasattr(sys, "held"):  # once per rank, then the right answer
+    block = b"x" * (1 << 20)
+    piece = 64 << 20  # a memfd is a file: RLIMIT_FSIZE caps each one, not how many
+    sys.held = []
+    for _ in range(size // piece):
+        if "{kind}" == "memfd":
+            fd = os.memfd_create("held")
+            os.ftruncate(fd, piece)
+            held = mmap.mmap(fd, piece)
+        elif "{kind}" == "shared":
+            held = mmap.mmap(-1, piece)  # MAP_SHARED | MAP_ANONYMOUS
+        else:  # SysV shared memory: IPC_PRIVATE, IPC_CREAT | 0600, attached
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.shmat.restype = ctypes.c_void_p
+            segment = libc.shmget(0, ctypes.c_size_t(piece), 0o1600)
+            address = libc.shmat(segment, None, 0)
+            if segment < 0 or address in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), "shmget/shmat")
+            held = memoryview((ctypes.c_char * piece).from_address(address)).cast("B")
+        for at in range(0, piece, 1 << 20):
+            held[at:at + (1 << 20)] = block
+        sys.held.append(held)
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("kind", ["memfd", "shared", "sysv"])
+def test_memory_no_per_process_limit_counts_is_limited_by_the_cgroup(key, monkeypatch, kind):
+    """RLIMIT_DATA does not count memfd, MAP_SHARED | MAP_ANONYMOUS or SysV shared memory:
+    a rank held 3 GiB under a "2 GiB per process" limit and then answered right.  Each
+    sandbox's cgroup counts every kind (here with a 256 MiB limit, and 768 MiB held by each
+    rank; the syscall filter, which refuses memfd and SysV, is off: the cgroup alone)."""
+    from allreduce.grading import cgroup, run, sandbox
+
+    if os.geteuid() == 0 and cgroup.why_not() is not None:
+        pytest.fail(f"as root (as CI runs) each sandbox must get a cgroup: {cgroup.why_not()}")
+    if cgroup.why_not() is not None:
+        pytest.skip(f"no cgroup here: {cgroup.why_not()}")
+    monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)
+    limits = sandbox.Limits(memory=256 << 20)
+    real = run.run_exercise
+
+    def limited(*args, **kwargs):
+        return real(*args, **dict(kwargs, limits=limits))
+
+    monkeypatch.setattr(run, "run_exercise", limited)
+    result = _graded_reduce_scatter(key, HOLD.format(size=768 << 20, kind=kind), stub=False)
+    assert result.score == 0, result.message
+    assert "ended without answering" in result.message, result.message
+    leftover = [p for parent in cgroup._parents().values()
+                for p in parent.glob(f"allreduce-grade-{os.getpid()}-*")]
+    assert not leftover, leftover  # each sandbox's groups removed when it ended
+
+
+def test_without_a_cgroup_grading_says_so_or_fails_when_required(root, tmp_path, key,
+                                                                  monkeypatch, capsys):
+    """Where no cgroup can be made, the grader says so at the start and at the end of its
+    report; with ALLREDUCE_REQUIRE_SANDBOX=1 (CI) it stops instead."""
+    from allreduce.grading import cli, sandbox
+
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    _variant(key, folder, "a_correct", {})
+    monkeypatch.setattr(cli, "probe", lambda: None)
+    monkeypatch.setattr(sandbox, "cgroups_here", lambda: "not writable (not root?)")
+    monkeypatch.setattr(cli, "grade", lambda *a, **k: grading.grade(
+        *a, **dict(k, sandboxed=False)))  # the runs themselves: no sandbox needed here
+    out = tmp_path / "scores.csv"
+    monkeypatch.setenv("ALLREDUCE_REQUIRE_SANDBOX", "1")
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 2
+    assert "no cgroup for the sandboxes (not writable" in capsys.readouterr().err
+    assert not out.exists()
+    monkeypatch.delenv("ALLREDUCE_REQUIRE_SANDBOX")
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "memory shared between processes (MAP_SHARED mappings) is not limited" in said.err
+    assert said.out.rstrip().endswith("(see the instructor's guide)")

