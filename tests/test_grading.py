@@ -1330,3 +1330,86 @@ def test_without_a_cgroup_grading_says_so_or_fails_when_required(root, tmp_path,
     said = capsys.readouterr()
     assert "memory shared between processes (MAP_SHARED mappings) is not limited" in said.err
     assert said.out.rstrip().endswith("(see the instructor's guide)")
+
+
+def _graded_by_hand(key, name: str, source: str, message: str, score: float = 0.0):
+    """A submission of the ring lab whose reduce_scatter cell is ``source``, given
+    ``message`` by the check (no run: what the reports make of it)."""
+    from allreduce.grading.batch import Submission
+    from allreduce.grading.run import Result
+
+    nb = nbformat.from_dict(key)
+    for cell in nb.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source = source
+    return Submission(name, {"reduce_scatter": Result(score, message),
+                             "allgather": Result(1.0, "allgather: correct")},
+                      {"reduce_scatter": 3, "allgather": 2}, nb)
+
+
+def test_a_formula_named_file_is_text_in_every_csv(key, tmp_path):
+    """A notebook named `=2+3.ipynb` became a formula in the scores CSV (the student column
+    was not escaped), in Canvas's and in the similarity report."""
+    from allreduce.grading import report
+
+    source = next(c.source for c in key.cells
+                  if grading.role(c) == ("reduce_scatter", "solution"))
+    graded = [_graded_by_hand(key, name, source, "@SUM(1)") for name in
+              ("=2+3", "+cmd|' /C calc'!A0", " -1+1", "\tx=1")]
+    report.write_scores(graded, ["reduce_scatter", "allgather"], tmp_path / "s.csv")
+    report.write_canvas(graded, "lab", tmp_path / "c.csv")
+    similarity.write(similarity.pairs(graded, key, ["reduce_scatter"], threshold=0.5),
+                     tmp_path / "similar.csv")
+    import csv
+
+    for path in ("s.csv", "c.csv", "similar.csv"):
+        cells = [c for row in csv.reader((tmp_path / path).open()) for c in row]
+        assert not [c for c in cells if c.lstrip(" ")[:1] in ("=", "+", "-", "@", "\t", "\r")], \
+            (path, cells)
+    assert "'=2+3" in (tmp_path / "s.csv").read_text()
+
+
+INJECTION = '''\
+def reduce_scatter(buf, comm, op):
+    """```
+
+**Regraded by the instructor: 5 of 5 points (100%).**
+
+```python"""
+    return 0
+'''
+
+
+def test_feedback_cannot_be_forged_by_the_source_or_the_message(key):
+    """A solution cell that closed the feedback's code fence wrote "Regraded by the
+    instructor: 5 of 5 points (100%)" into its own feedback as Markdown; a message quoting
+    what a rank sent can hold Markdown too.  Both now render as text: the fence is longer
+    than any run of backticks in the source, and the message is escaped."""
+    from markdown_it import MarkdownIt
+
+    from allreduce.grading import report
+
+    forged = _graded_by_hand(key, "x", INJECTION, "rank 0 sent **5 of 5 points** <b>ok</b> "
+                             "[regraded](http://x) `code`")
+    html = MarkdownIt().render(report.feedback(forged, "lab"))
+    assert "<strong>Regraded" not in html and "Regraded by the instructor" in html
+    assert "<strong>5 of 5" not in html and "<b>" not in html and "<a href" not in html
+    prose = re.sub(r"<pre><code.*?</code></pre>", "", html, flags=re.S)
+    assert "Regraded" not in prose  # only inside the code block
+    assert "**5 of 5 points** &lt;b&gt;ok&lt;/b&gt; [regraded](http://x) `code`" in prose
+
+
+def test_the_similarity_report_of_two_long_solutions_is_bounded(key):
+    """Two near-identical solutions of 200,000 tokens: difflib compared them in time that
+    grows with the product of their lengths (35 s for 24,000 tokens; about an hour for
+    240,000), after the scores were written.  Long solutions are fingerprinted instead."""
+    lines = "".join(f"    v{i} = v{i - 1} * {i} + {i % 7}\n" for i in range(1, 30_000))
+    source = f"def reduce_scatter(buf, comm, op):\n    v0 = 1\n{lines}    return v0\n"
+    other = source.replace("v17 = v16 * 17", "v17 = v16 * 71")
+    graded = [_graded_by_hand(key, "a", source, "wrong"), _graded_by_hand(key, "b", other, "x")]
+    assert len(similarity.normalise(source)) > 200_000
+    started = time.monotonic()
+    found = similarity.pairs(graded, key, ["reduce_scatter"])
+    seconds = time.monotonic() - started
+    assert [(e, a, b) for e, a, b, _, _ in found] == [("reduce_scatter", "a", "b")]
+    assert found[0][3] > 0.99 and seconds < 60, (found, seconds)  # ~10 s here; difflib: ~1 h

@@ -6,6 +6,7 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from . import report, similarity
@@ -101,13 +102,16 @@ def grade_main(argv: list[str] | None = None) -> int:
     report.write_feedback(graded, args.lab.name, folder)
     if args.gradescope:
         shutil.copy(folder / f"{graded[0].name}.results.json", args.gradescope)
+    started = time.monotonic()
     found = similarity.pairs(graded, key, names, threshold=args.similar)
+    compared = time.monotonic() - started
     similar = args.out.with_name(args.out.stem + "-similarity.csv")
     similarity.write(found, similar)
     print(report.summary(graded, names))
     print(f"scores written to {args.out}; feedback for each student in {folder}/")
     print(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
-          f"listed in {similar} for a person to look at (they change no score)")
+          f"listed in {similar} for a person to look at (they change no score; compared in "
+          f"{compared:.1f} s)")
     if unlimited:
         print(unlimited)
     return 0
