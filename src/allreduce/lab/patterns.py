@@ -135,19 +135,20 @@ def reference(pattern: str, n: int, size: int):
     return Trace(run_threads(size, body, timeout=30), itemsize=8)
 
 
-def payloads(pattern: str, given: list[dict]) -> dict[tuple[int, int], list[bytes]]:
+def payloads(pattern: str, given: list[dict]) -> dict[tuple[int, int], list[bytes]] | None:
     """What the library's own algorithm of ``pattern`` sends, given every rank's inputs of a
     check's case (:func:`allreduce.lab.checks.inputs`, integer-valued, so any order of
     adding gives the same bits): for each ``(source, dest)``, the bytes of each non-empty
     message, in the order they are sent.  The grader compares what each rank sent with it
     (:mod:`allreduce.grading.matching`): a rank that sends zeros in the right pattern and
-    takes the data another way fails, whatever way is left open."""
+    takes the data another way fails, whatever way is left open.  ``None`` for
+    ``one_allreduce``, whose data the judge itself adds up."""
     from ..ops import OPS
     from ..trace import TracingCommunicator
     from ..transports.threads import run_threads
 
     if pattern == "one_allreduce":
-        return {}
+        return None
 
     def body(comm):
         tracer = TracingCommunicator(comm, payloads=True)
