@@ -1413,3 +1413,29 @@ def test_the_similarity_report_of_two_long_solutions_is_bounded(key):
     seconds = time.monotonic() - started
     assert [(e, a, b) for e, a, b, _, _ in found] == [("reduce_scatter", "a", "b")]
     assert found[0][3] > 0.99 and seconds < 60, (found, seconds)  # ~10 s here; difflib: ~1 h
+
+
+PADDED = """\
+p, rank = comm.size, comm.rank
+empty, also = np.empty(0, buf.dtype), np.empty(0, buf.dtype)
+padding = [comm.irecv(empty, (rank - 1) % p) for _ in range(30_000)]  # one wait for them all
+for _ in range(30_000 - 1):
+    comm.isend(empty, (rank + 1) % p)
+for _ in range(10_000):  # round trips while that wait is pending
+    comm.sendrecv(empty, (rank + 1) % p, also, (rank - 1) % p)
+comm.isend(empty, (rank + 1) % p)
+comm.waitall(padding)
+"""
+
+
+@needs_sandbox
+def test_a_padded_pattern_ends_within_the_cases_time(key):
+    """The key's ring after 30,000 empty receives in one wait and 10,000 round trips: the
+    pattern check's replay after the case took 165-239 s of the grader's own time.  Every
+    request counts, the replay is linear and stops at the case's deadline."""
+    started = time.monotonic()
+    result = _graded_reduce_scatter(key, PADDED, stub=False, timeout=30)
+    seconds = time.monotonic() - started
+    assert seconds < 6 * 30 + 10, (seconds, result.message)  # 6 cases, each within its time
+    assert result.score == 1 or "did not finish within 30 s" in result.message, result.message
+    print(f"the padded ring: {result.score} in {seconds:.0f} s ({result.message[:80]})")

@@ -26,7 +26,9 @@ What a rank sees and may do:
   and never binds root (the kernel exempts uid 0): so a grader running as root runs each
   sandbox as a user id of its own, chosen at random from a range no account uses, and one
   running as another user runs it in a user namespace of its own (``--unshare-user``),
-  where Linux 5.14 and later count only that namespace's processes.
+  where Linux 5.14 and later count only that namespace's processes;
+* a cgroup of its own where one can be made (:mod:`allreduce.grading.cgroup`; as root):
+  its memory of every kind and its processes, in all.
 
 The ``bwrap`` used is ``$ALLREDUCE_BWRAP`` if set, else the system's ``/usr/bin/bwrap`` (the
 one an AppArmor profile, as on Ubuntu, lets create user namespaces), else the one the PyPI
