@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -28,7 +29,9 @@ from allreduce.grading.sandbox import probe
 RING = "labs/50_ring_allreduce.ipynb"
 NAIVE = "labs/30_naive_allreduce.ipynb"
 LABS = sorted(p.name for p in (Path(__file__).parent.parent / "labs").glob("*.ipynb"))
-MARK = "allreduce-hostile-detached"  # in the command line of the process a submission leaves
+RUN = uuid.uuid4().hex  # this test run: in the environment of every process it starts
+os.environ["ALLREDUCE_TEST_RUN"] = RUN  # (the sandboxes' bwrap keep it; inside, it is cleared)
+MARK = f"allreduce-hostile-detached-{RUN}"  # in the command line of what a submission leaves
 
 _NO_SANDBOX = probe()  # None where bwrap can start a sandbox (as root, or with user namespaces)
 # CI runs as root and can always sandbox: there (.ci/run sets it) a missing sandbox fails
@@ -185,16 +188,18 @@ def test_the_judge_counts_matched_messages_until_their_receiver_waits(monkeypatc
         _message(hoarder, 0, "isend", 2, 1, 600 << 10)
 
 
-def _graded_reduce_scatter(key, code: str):
-    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body."""
+def _graded_reduce_scatter(key, code: str, *, stub: bool = True, timeout: float = 20):
+    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body
+    (before the key's own solution, with ``stub=False``)."""
     from allreduce.grading import run
 
     spec = grading.spec(key, "reduce_scatter")
     submission = nbformat.from_dict(key)
     for cell in submission.cells:
         if grading.role(cell) == ("reduce_scatter", "solution"):
-            cell.source = _body(_stub(cell.source, "reduce_scatter"), code)
-    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+            cell.source = _body(_stub(cell.source, "reduce_scatter") if stub else cell.source,
+                                code)
+    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=timeout)
 
 
 HOARD = """\
@@ -462,8 +467,10 @@ def csv_rows(path: Path):
 
 
 def _leftovers() -> str:
-    """The processes a run left behind: any whose command line names the hostile mark or
-    the ranks' launcher (read from /proc: no pgrep, which may not be installed)."""
+    """The processes a run of this test session left behind: any whose command line names
+    this session's hostile mark, or the ranks' launcher under a process of this session
+    (read from /proc: no pgrep, which may not be installed).  Another grading run on the
+    same machine, whose launchers are not this session's, is not counted."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -471,9 +478,26 @@ def _leftovers() -> str:
         except OSError:  # it ended meanwhile
             continue
         line = " ".join(a for a in argv if a)
-        if proc.name != str(os.getpid()) and (MARK in line or "grading/confine.py" in line):
+        if proc.name != str(os.getpid()) and (
+                MARK in line or ("grading/confine.py" in line and _ours(proc))):
             found.append(f"{proc.name} {line[:200]}")
     return "\n".join(found)
+
+
+def _ours(proc: Path) -> bool:
+    """Whether ``proc`` or a process above it has this session's mark in its environment."""
+    mark = f"ALLREDUCE_TEST_RUN={RUN}".encode()
+    for _ in range(64):
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                return True
+            parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if parent <= 1:
+            return False
+        proc = Path("/proc") / str(parent)
+    return False
 
 
 @pytest.fixture
@@ -881,7 +905,8 @@ def test_the_keys_solutions_score_everything_and_a_student_copy_nothing(root, tm
 @needs_sandbox
 def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path, key):
     """Ctrl-C on `allreduce-grade --jobs 2` while both runs hang: the grader exits within
-    seconds and leaves nothing behind."""
+    a second or two (it took 46 s against a rank that stalled the judge) and leaves nothing
+    behind."""
     folder = tmp_path / "submissions"
     folder.mkdir()
     hang = {"reduce_scatter": lambda s: _body(s, "import time\ntime.sleep(600)")}
@@ -896,7 +921,8 @@ def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path,
     os.kill(grader.pid, signal.SIGINT)
     out, err = grader.communicate(timeout=60)
     assert grader.returncode != 0 and "KeyboardInterrupt" in err, (grader.returncode, out, err)
-    assert time.monotonic() - interrupted < 10, "the grader waited for its runs"
+    # the judges look at Ctrl-C every 0.2 s; the rest is ending the sandboxes and Python
+    assert time.monotonic() - interrupted < 3, "the grader waited for its runs"
     time.sleep(1)
     assert not _leftovers(), _leftovers()
 
@@ -979,3 +1005,437 @@ def test_a_checkout_under_tmp_is_bound_over_the_private_tmp(monkeypatch):
              and i + 1 < len(args) and args[i + 1] != "/tmp"
              and Path(args[i + 1]).is_relative_to("/tmp")]
     assert binds and all(i > tmp for i in binds), "a mount under /tmp precedes the private /tmp"
+
+
+# -- issue 25: no side channel, every limit real, every case bounded ------------------------------
+
+SYSCALLS = """\
+import ctypes, json, subprocess, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    result = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+    return 0 if result >= 0 else ctypes.get_errno()
+names = json.loads(sys.argv[1])
+lock = ctypes.create_string_buffer(32)
+shared = open("/usr/bin/env", "rb")  # a file of the read-only /usr every sandbox shares
+found = {name: call(nr) for name, nr in names.items()}
+found |= {f"fcntl {cmd}": call(72, shared.fileno(), cmd, ctypes.addressof(lock))
+          for cmd in json.loads(sys.argv[2])}
+found["flock on /usr"] = call(73, shared.fileno(), 2 | 4)  # LOCK_EX | LOCK_NB
+found["clone3"] = call(435, 0, 0)
+found["clone CLONE_NEWUSER"] = call(56, 0x10000000 | 17, 0, 0, 0, 0)
+found["fcntl F_GETFL"] = call(72, shared.fileno(), 3)  # not a lock: allowed
+import numpy as np
+found["numpy"] = int(np.arange(10).sum())
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+found["a subprocess"] = subprocess.run(["/bin/true"]).returncode  # clone3, then clone
+print(json.dumps(found))"""
+
+
+def _in_a_sandbox(script: str, *argv: str) -> dict:
+    """``script`` run by the sandbox's interpreter in a rank's sandbox (the command line,
+    syscall filter included, that grading uses); what it printed, as JSON."""
+    import sys
+
+    from allreduce.grading import confine, sandbox
+
+    fd = sandbox.syscall_filter()
+    args = sandbox.command([sys.executable, "-I", "-c", script, *argv], as_root=os.geteuid() == 0,
+                           limits=sandbox.DEFAULT_LIMITS, plan=confine.plan("ranks"),
+                           filter_fd=fd)
+    try:
+        run = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                             pass_fds=[] if fd is None else [fd])
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+@needs_sandbox
+def test_the_syscall_filter_refuses_every_listed_call_and_numpy_still_runs(monkeypatch):
+    """Inside a rank's sandbox every call the filter lists fails with EPERM (clone3 with
+    ENOSYS, so that glibc falls back to clone), while numpy, threads and subprocesses work.
+    Without the filter the keyring, memfd and the locks on the shared /usr all worked: that
+    is how two ranks passed their data without the judge."""
+    import errno
+
+    from allreduce.grading import sandbox, seccomp
+
+    locks = list(seccomp.FCNTL_DENIED)
+    found = _in_a_sandbox(SYSCALLS, json.dumps(seccomp.DENIED), json.dumps(locks))
+    denied = {name for name in [*seccomp.DENIED, *(f"fcntl {c}" for c in locks),
+                                "flock on /usr", "clone CLONE_NEWUSER"]}
+    assert {name: found[name] for name in denied} == dict.fromkeys(denied, errno.EPERM)
+    assert found["clone3"] == errno.ENOSYS
+    assert found["fcntl F_GETFL"] == 0 and found["numpy"] == 45 and found["a subprocess"] == 0
+    monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)  # the same calls, unfiltered
+    safe = {name: seccomp.DENIED[name] for name in ("keyctl", "memfd_create", "inotify_init")}
+    unfiltered = _in_a_sandbox(SYSCALLS.replace('found["clone', '# found["clone'),
+                               json.dumps(safe), json.dumps([37, 6]))
+    assert unfiltered["memfd_create"] != errno.EPERM and unfiltered["inotify_init"] == 0
+    assert unfiltered["fcntl 37"] == 0 and unfiltered["flock on /usr"] == 0
+
+
+ZEROS_AROUND_THE_RING = """\
+p, rank, n = comm.size, comm.rank, len(buf)
+scratch = np.zeros(-(-n // p), dtype=buf.dtype)
+for step in range(p - 1):  # the ring's messages, with nothing in them
+    s_lo, s_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+    r_lo, r_hi = chunk_bounds(n, p, (rank - step - 2) % p)
+    comm.sendrecv(np.zeros(s_hi - s_lo, buf.dtype), (rank + 1) % p, scratch[: r_hi - r_lo],
+                  (rank - 1) % p)
+"""
+
+OFD_LOCKS = ZEROS_AROUND_THE_RING + """\
+import ctypes, fcntl, os, struct, time
+shared = os.open("/usr/bin/env", os.O_RDONLY)  # the same file in every sandbox
+def lock(kind, start, length, command):  # struct flock: type, whence, start, len, pid
+    packed = struct.pack("hhqqi4x", kind, 0, start, length, 0)
+    return struct.unpack("hhqqi4x", fcntl.fcntl(shared, command, packed))
+def key(r, i):  # a range of 2**32 bytes per (case, rank, element)
+    return ((n * 8 + r) * 4096 + i) << 32
+for i, value in enumerate(buf):  # the data, in the starts of read locks (values < 2**32)
+    lock(fcntl.F_RDLCK, key(rank, i) + int(value), 1, 37)  # F_OFD_SETLK
+theirs = {rank: buf.copy()}
+deadline = time.monotonic() + 5
+while len(theirs) < p and time.monotonic() < deadline:
+    for r in set(range(p)) - set(theirs):
+        got = [lock(fcntl.F_WRLCK, key(r, i), 1 << 32, 36) for i in range(n)]  # F_OFD_GETLK
+        if all(g[0] == fcntl.F_RDLCK for g in got):
+            theirs[r] = np.array([g[2] - key(r, i) for i, g in enumerate(got)], buf.dtype)
+    time.sleep(0.01)
+lo, hi = chunk_bounds(n, p, rank)
+buf[lo:hi] = sum(theirs.values())[lo:hi]
+return lo, hi"""
+
+
+@needs_sandbox
+def test_ranks_passing_their_data_in_file_locks_score_0(key):
+    """The ring's messages with zeros in them, and the data in open-file-description locks on
+    a file of the shared read-only /usr (its value in each lock's start): it scored 3/3.
+    The syscall filter refuses the locks."""
+    result = _graded_reduce_scatter(key, OFD_LOCKS)
+    assert result.score == 0, result.message
+    assert "PermissionError: [Errno 1] Operation not permitted" in result.message, result.message
+
+
+KEY_DONOR = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+solution = {source!r}.encode()
+made = libc.syscall(ctypes.c_long(248), b"user", b"allreduce-side-solution", solution,
+                    ctypes.c_long(len(solution)), ctypes.c_long(-4))  # the user keyring
+if made >= 0:  # readable by every uid: KEYCTL_SETPERM 0x3f3f3f3f
+    libc.syscall(ctypes.c_long(250), ctypes.c_long(5), ctypes.c_long(made),
+                 ctypes.c_long(0x3F3F3F3F))
+"""
+
+KEY_TAKER = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+found = [int(line.split()[0], 16) for line in open("/proc/keys")
+         if "allreduce-side-solution" in line]
+if not found:
+    raise RuntimeError("no key to take")
+held = ctypes.create_string_buffer(1 << 16)
+size = libc.syscall(ctypes.c_long(250), ctypes.c_long(11), ctypes.c_long(found[-1]), held,
+                    ctypes.c_long(1 << 16))  # KEYCTL_READ
+if size < 0:
+    raise OSError(ctypes.get_errno(), "keyctl read")
+space = dict(globals())
+exec(held.raw[:size].decode().replace("%%px --no-stream", ""), space)
+return space["reduce_scatter"](buf, comm, op)"""
+
+
+def _keys() -> str:
+    return Path("/proc/key-users").read_text()
+
+
+@needs_sandbox
+def test_a_key_left_in_the_kernel_reaches_no_later_submission(key):
+    """A submission left its solution in a key of the kernel's keyring (readable by every
+    uid), which outlived its run; a submission with no solution of its own, graded after it,
+    read the key and scored 3/3.  The syscall filter refuses the keyring: the donor's own
+    code still scores, the taker scores 0, and the kernel holds no more keys than before."""
+    before = _keys()
+    source = next(c.source for c in key.cells
+                  if grading.role(c) == ("reduce_scatter", "solution"))
+    donor = _graded_reduce_scatter(key, KEY_DONOR.format(source=source), stub=False)
+    assert donor.score == 1, donor.message
+    taker = _graded_reduce_scatter(key, KEY_TAKER)
+    assert taker.score == 0 and "no key to take" in taker.message, taker.message
+    assert _keys() == before
+
+
+@needs_sandbox
+def test_the_data_must_cross_the_judge_even_where_a_side_channel_is_open(key, monkeypatch):
+    """With the syscall filter off (a side channel open), the ranks that send zeros around
+    the ring and pass the data in file locks compute the right values in the right pattern
+    (3/3 before the check): every message's content is compared with what the taught ring
+    sends at that step, so they score 0."""
+    from allreduce.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)
+    result = _graded_reduce_scatter(key, OFD_LOCKS)
+    assert result.score == 0, result.message
+    assert re.search(r"reduce_scatter for n = 1: rank 0's message 1 to rank 1 is one more|"
+                     r"reduce_scatter for n = \d+: rank \d's message 1 to rank \d did not hold "
+                     r"the data the taught algorithm sends at that step \(element 0: 0, where",
+                     result.message), result.message
+    honest = _graded_reduce_scatter(key, "", stub=False)  # the key's own ring: unaffected
+    assert honest.score == 1, honest.message
+
+
+def _padded_trace(receives: int, round_trips: int):
+    """Rank 0 waits once for ``receives`` empty messages from rank 1, which sends all but
+    the last, then makes ``round_trips`` round trips with rank 2, then sends the last: the
+    replay tried rank 0's wait once per round, rescanning every receive already sent."""
+    from allreduce.trace import Event
+
+    zero = [Event("recv", 0, 1, 0, 0, 0, id=i) for i in range(receives)]
+    zero.append(Event("wait", 0, requests=tuple(range(receives)), id=receives))
+    one, two = [], []
+    for i in range(receives - 1):
+        one.append(Event("send", 1, 0, 0, 0, 0, id=len(one)))
+    for _ in range(round_trips):
+        for mine, peer, rank in ((one, 2, 1), (two, 1, 2)):
+            mine.append(Event("send", rank, peer, 1, 1, 8, id=len(mine)))
+            mine.append(Event("recv", rank, peer, 1, 1, 8, id=len(mine)))
+            mine.append(Event("wait", rank, requests=(len(mine) - 2, len(mine) - 1),
+                              id=len(mine)))
+    one.append(Event("send", 1, 0, 0, 0, 0, id=len(one)))
+    one.append(Event("wait", 1, requests=tuple(range(receives - 1)) + (len(one) - 1,),
+                     id=len(one)))
+    return [zero, one, two, []]
+
+
+def test_the_pattern_replay_is_linear_and_stops_at_the_deadline():
+    """30,000 empty receives in one wait and 10,000 round trips took the pattern check
+    165-239 s of the grader's own time after the case ended (its replay rescanned the wait
+    each round); it is linear now, and a replay asked to give up raises."""
+    from allreduce.trace import Trace
+
+    events = _padded_trace(30_000, 10_000)
+    started = time.monotonic()
+    assert Trace(events, itemsize=8).steps() == 10_000  # each exchange: one step, both ways
+    seconds = time.monotonic() - started
+    assert seconds < 10, f"the replay of {sum(map(len, events))} events took {seconds:.0f} s"
+    with pytest.raises(TimeoutError, match="the replay was stopped after 4096 events"):
+        Trace(events, itemsize=8, give_up=lambda: True).steps()
+
+
+FLOODS_THE_JUDGE = RANK + """\
+import struct, json
+frame = json.dumps({"op": "wait", "ids": [], "blobs": []}).encode()
+frame = struct.pack("!I", len(frame)) + frame
+me.sock.setblocking(True)
+while True:  # requests the judge answers, and not one answer read
+    me.sock.sendall(frame * 30_000)"""
+
+
+@needs_sandbox
+def test_a_rank_that_floods_the_judge_and_reads_nothing_is_stopped_in_time(key):
+    """A rank that sends many tiny requests and never reads the replies: each reply blocked
+    the judge up to 10 s once the rank's socket was full (314 s at --timeout 60), and waits
+    with no ids were not counted.  The judge never blocks now and counts every request."""
+    started = time.monotonic()
+    result = _graded_reduce_scatter(key, FLOODS_THE_JUDGE, timeout=30)
+    seconds = time.monotonic() - started
+    assert result.score == 0 and seconds < 30 + 10, (seconds, result.message)
+    assert re.search("rank [0-3] (made more than 100000 requests|did not read the grader's)|"
+                     "did not finish within 30 s", result.message), result.message
+
+
+HOLD = """\
+import ctypes, mmap, os, sys
+size = {size}
+if not hasattr(sys, "held"):  # once per rank, then the right answer
+    block = b"x" * (1 << 20)
+    piece = 64 << 20  # a memfd is a file: RLIMIT_FSIZE caps each one, not how many
+    sys.held = []
+    for _ in range(size // piece):
+        if "{kind}" == "memfd":
+            fd = os.memfd_create("held")
+            os.ftruncate(fd, piece)
+            held = mmap.mmap(fd, piece)
+        elif "{kind}" == "shared":
+            held = mmap.mmap(-1, piece)  # MAP_SHARED | MAP_ANONYMOUS
+        else:  # SysV shared memory: IPC_PRIVATE, IPC_CREAT | 0600, attached
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.shmat.restype = ctypes.c_void_p
+            segment = libc.shmget(0, ctypes.c_size_t(piece), 0o1600)
+            address = libc.shmat(segment, None, 0)
+            if segment < 0 or address in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), "shmget/shmat")
+            held = memoryview((ctypes.c_char * piece).from_address(address)).cast("B")
+        for at in range(0, piece, 1 << 20):
+            held[at:at + (1 << 20)] = block
+        sys.held.append(held)
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("kind", ["memfd", "shared", "sysv"])
+def test_memory_no_per_process_limit_counts_is_limited_by_the_cgroup(key, monkeypatch, kind):
+    """RLIMIT_DATA does not count memfd, MAP_SHARED | MAP_ANONYMOUS or SysV shared memory:
+    a rank held 3 GiB under a "2 GiB per process" limit and then answered right.  Each
+    sandbox's cgroup counts every kind (here with a 256 MiB limit, and 768 MiB held by each
+    rank; the syscall filter, which refuses memfd and SysV, is off: the cgroup alone)."""
+    from allreduce.grading import cgroup, run, sandbox
+
+    if os.geteuid() == 0 and cgroup.why_not() is not None:
+        pytest.fail(f"as root (as CI runs) each sandbox must get a cgroup: {cgroup.why_not()}")
+    if cgroup.why_not() is not None:
+        pytest.skip(f"no cgroup here: {cgroup.why_not()}")
+    monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)
+    limits = sandbox.Limits(memory=256 << 20)
+    real = run.run_exercise
+
+    def limited(*args, **kwargs):
+        return real(*args, **dict(kwargs, limits=limits))
+
+    monkeypatch.setattr(run, "run_exercise", limited)
+    result = _graded_reduce_scatter(key, HOLD.format(size=768 << 20, kind=kind), stub=False)
+    assert result.score == 0, result.message
+    assert "ended without answering" in result.message, result.message
+    leftover = [p for parent in cgroup._parents().values()
+                for p in parent.glob(f"allreduce-grade-{os.getpid()}-*")]
+    assert not leftover, leftover  # each sandbox's groups removed when it ended
+
+
+def test_without_a_cgroup_grading_says_so_or_fails_when_required(root, tmp_path, key,
+                                                                  monkeypatch, capsys):
+    """Where no cgroup can be made, the grader says so at the start and at the end of its
+    report; with ALLREDUCE_REQUIRE_SANDBOX=1 (CI) it stops instead."""
+    from allreduce.grading import cli, sandbox
+
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    _variant(key, folder, "a_correct", {})
+    monkeypatch.setattr(cli, "probe", lambda: None)
+    monkeypatch.setattr(sandbox, "cgroups_here", lambda: "not writable (not root?)")
+    monkeypatch.setattr(cli, "grade", lambda *a, **k: grading.grade(
+        *a, **dict(k, sandboxed=False)))  # the runs themselves: no sandbox needed here
+    out = tmp_path / "scores.csv"
+    monkeypatch.setenv("ALLREDUCE_REQUIRE_SANDBOX", "1")
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 2
+    assert "no cgroup for the sandboxes (not writable" in capsys.readouterr().err
+    assert not out.exists()
+    monkeypatch.delenv("ALLREDUCE_REQUIRE_SANDBOX")
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "memory shared between processes (MAP_SHARED mappings) is not limited" in said.err
+    assert said.out.rstrip().endswith("(see the instructor's guide)")
+
+
+def _graded_by_hand(key, name: str, source: str, message: str, score: float = 0.0):
+    """A submission of the ring lab whose reduce_scatter cell is ``source``, given
+    ``message`` by the check (no run: what the reports make of it)."""
+    from allreduce.grading.batch import Submission
+    from allreduce.grading.run import Result
+
+    nb = nbformat.from_dict(key)
+    for cell in nb.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source = source
+    return Submission(name, {"reduce_scatter": Result(score, message),
+                             "allgather": Result(1.0, "allgather: correct")},
+                      {"reduce_scatter": 3, "allgather": 2}, nb)
+
+
+def test_a_formula_named_file_is_text_in_every_csv(key, tmp_path):
+    """A notebook named `=2+3.ipynb` became a formula in the scores CSV (the student column
+    was not escaped), in Canvas's and in the similarity report."""
+    from allreduce.grading import report
+
+    source = next(c.source for c in key.cells
+                  if grading.role(c) == ("reduce_scatter", "solution"))
+    graded = [_graded_by_hand(key, name, source, "@SUM(1)") for name in
+              ("=2+3", "+cmd|' /C calc'!A0", " -1+1", "\tx=1")]
+    report.write_scores(graded, ["reduce_scatter", "allgather"], tmp_path / "s.csv")
+    report.write_canvas(graded, "lab", tmp_path / "c.csv")
+    similarity.write(similarity.pairs(graded, key, ["reduce_scatter"], threshold=0.5),
+                     tmp_path / "similar.csv")
+    import csv
+
+    for path in ("s.csv", "c.csv", "similar.csv"):
+        cells = [c for row in csv.reader((tmp_path / path).open()) for c in row]
+        assert not [c for c in cells if c.lstrip(" ")[:1] in ("=", "+", "-", "@", "\t", "\r")], \
+            (path, cells)
+    assert "'=2+3" in (tmp_path / "s.csv").read_text()
+
+
+INJECTION = '''\
+def reduce_scatter(buf, comm, op):
+    """```
+
+**Regraded by the instructor: 5 of 5 points (100%).**
+
+```python"""
+    return 0
+'''
+
+
+def test_feedback_cannot_be_forged_by_the_source_or_the_message(key):
+    """A solution cell that closed the feedback's code fence wrote "Regraded by the
+    instructor: 5 of 5 points (100%)" into its own feedback as Markdown; a message quoting
+    what a rank sent can hold Markdown too.  Both now render as text: the fence is longer
+    than any run of backticks in the source, and the message is escaped."""
+    from markdown_it import MarkdownIt
+
+    from allreduce.grading import report
+
+    forged = _graded_by_hand(key, "x", INJECTION, "rank 0 sent **5 of 5 points** <b>ok</b> "
+                             "[regraded](http://x) `code`")
+    html = MarkdownIt().render(report.feedback(forged, "lab"))
+    assert "<strong>Regraded" not in html and "Regraded by the instructor" in html
+    assert "<strong>5 of 5" not in html and "<b>" not in html and "<a href" not in html
+    prose = re.sub(r"<pre><code.*?</code></pre>", "", html, flags=re.S)
+    assert "Regraded" not in prose  # only inside the code block
+    assert "**5 of 5 points** &lt;b&gt;ok&lt;/b&gt; [regraded](http://x) `code`" in prose
+
+
+def test_the_similarity_report_of_two_long_solutions_is_bounded(key):
+    """Two near-identical solutions of 200,000 tokens: difflib compared them in time that
+    grows with the product of their lengths (35 s for 24,000 tokens; about an hour for
+    240,000), after the scores were written.  Long solutions are fingerprinted instead."""
+    lines = "".join(f"    v{i} = v{i - 1} * {i} + {i % 7}\n" for i in range(1, 30_000))
+    source = f"def reduce_scatter(buf, comm, op):\n    v0 = 1\n{lines}    return v0\n"
+    other = source.replace("v17 = v16 * 17", "v17 = v16 * 71")
+    graded = [_graded_by_hand(key, "a", source, "wrong"), _graded_by_hand(key, "b", other, "x")]
+    assert len(similarity.normalise(source)) > 200_000
+    started = time.monotonic()
+    found = similarity.pairs(graded, key, ["reduce_scatter"])
+    seconds = time.monotonic() - started
+    assert [(e, a, b) for e, a, b, _, _ in found] == [("reduce_scatter", "a", "b")]
+    assert found[0][3] > 0.99 and seconds < 60, (found, seconds)  # ~10 s here; difflib: ~1 h
+
+
+PADDED = """\
+p, rank = comm.size, comm.rank
+empty, also = np.empty(0, buf.dtype), np.empty(0, buf.dtype)
+padding = [comm.irecv(empty, (rank - 1) % p) for _ in range(30_000)]  # one wait for them all
+for _ in range(30_000 - 1):
+    comm.isend(empty, (rank + 1) % p)
+for _ in range(10_000):  # round trips while that wait is pending
+    comm.sendrecv(empty, (rank + 1) % p, also, (rank - 1) % p)
+comm.isend(empty, (rank + 1) % p)
+comm.waitall(padding)
+"""
+
+
+@needs_sandbox
+def test_a_padded_pattern_ends_within_the_cases_time(key):
+    """The key's ring after 30,000 empty receives in one wait and 10,000 round trips: the
+    pattern check's replay after the case took 165-239 s of the grader's own time.  Every
+    request counts, the replay is linear and stops at the case's deadline."""
+    started = time.monotonic()
+    result = _graded_reduce_scatter(key, PADDED, stub=False, timeout=30)
+    seconds = time.monotonic() - started
+    assert seconds < 6 * 30 + 10, (seconds, result.message)  # 6 cases, each within its time
+    assert result.score == 1 or "did not finish within 30 s" in result.message, result.message
+    print(f"the padded ring: {result.score} in {seconds:.0f} s ({result.message[:80]})")

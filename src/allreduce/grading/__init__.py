@@ -17,8 +17,8 @@ judge), and the communication pattern against the library's own algorithm.  The 
 (:mod:`~allreduce.grading.report`) are a CSV, a feedback file per student, Gradescope's
 ``results.json``, optionally a Canvas gradebook column, and a similarity report.
 
-The modules: ``notebooks`` (markup, specs, student copies), ``wire``, ``confine`` and
-``sandbox`` (what a run gets), ``rank`` and ``hub`` (inside), ``judge`` and ``matching``,
+The modules: ``notebooks`` (markup, specs, student copies), ``wire``, ``confine``,
+``seccomp``, ``cgroup`` and ``sandbox`` (what a run gets), ``rank`` and ``hub`` (inside), ``judge`` and ``matching``,
 ``run``, ``batch`` (many runs), ``report``, ``similarity``, ``cli``.  Nothing here is imported
 by :mod:`allreduce.lab`.
 """

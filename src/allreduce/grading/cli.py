@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from . import report, similarity
@@ -68,6 +70,12 @@ def grade_main(argv: list[str] | None = None) -> int:
 
         print(NO_SANDBOX.format(why=why, bwrap=bwrap() or "bwrap"), file=sys.stderr, end="")
         return 2
+    unlimited = None if args.no_sandbox else _no_cgroup()
+    if unlimited:
+        print(unlimited, file=sys.stderr)
+        if os.environ.get("ALLREDUCE_REQUIRE_SANDBOX") == "1":
+            print("allreduce-grade: ALLREDUCE_REQUIRE_SANDBOX=1: stopping", file=sys.stderr)
+            return 2
     if args.own:
         return _self(args, parser)
     if args.lab is None or args.submissions is None:
@@ -94,14 +102,32 @@ def grade_main(argv: list[str] | None = None) -> int:
     report.write_feedback(graded, args.lab.name, folder)
     if args.gradescope:
         shutil.copy(folder / f"{graded[0].name}.results.json", args.gradescope)
+    started = time.monotonic()
     found = similarity.pairs(graded, key, names, threshold=args.similar)
+    compared = time.monotonic() - started
     similar = args.out.with_name(args.out.stem + "-similarity.csv")
     similarity.write(found, similar)
     print(report.summary(graded, names))
     print(f"scores written to {args.out}; feedback for each student in {folder}/")
     print(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
-          f"listed in {similar} for a person to look at (they change no score)")
+          f"listed in {similar} for a person to look at (they change no score; compared in "
+          f"{compared:.1f} s)")
+    if unlimited:
+        print(unlimited)
     return 0
+
+
+def _no_cgroup() -> str | None:
+    """What the sandboxes lack where they get no cgroup (``None`` where they get one)."""
+    from .sandbox import cgroups_here
+
+    why = cgroups_here()
+    if why is None:
+        return None
+    return (f"allreduce-grade: warning: no cgroup for the sandboxes ({why}), so their memory "
+            "is limited per process (RLIMIT_DATA), not in all: memory shared between "
+            "processes (MAP_SHARED mappings) is not limited; run the grader as root for "
+            "cgroup limits (see the instructor's guide)")
 
 
 def _limits(timeout: float) -> Limits:

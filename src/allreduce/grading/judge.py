@@ -12,6 +12,7 @@ import selectors
 import socket
 import threading
 import time
+from collections import deque
 
 from . import wire
 from .matching import Case, Failure, Outcome, clean
@@ -19,17 +20,27 @@ from .matching import Case, Failure, Outcome, clean
 __all__ = ["STOP", "Failure", "Judge", "Outcome", "clean"]
 
 STOP = threading.Event()  # set on Ctrl-C: every judge gives up within a second
+TICK = 0.2  # seconds between looks at STOP while no rank speaks
+MAX_UNREAD = 64 << 20  # bytes of replies a rank has not read, before it fails
 
 
 class Judge:
+    """Never blocks on a rank: the sockets are non-blocking, replies wait in an outbox per
+    rank and leave as the rank reads them, and the deadline and Ctrl-C are looked at before
+    every frame, so no rank can hold a case past its deadline by what it sends or fails to
+    read."""
+
     def __init__(self, sockets: list[socket.socket]):
         self.sockets, self.size = sockets, len(sockets)
         self.readers = [wire.Reader() for _ in sockets]
+        self.outbox: list[deque] = [deque() for _ in sockets]  # memoryviews not yet sent
+        self.unread = [0] * self.size  # bytes in each outbox
         self.selector = selectors.DefaultSelector()
         for rank, sock in enumerate(sockets):
-            sock.setblocking(True)
+            sock.setblocking(False)
             self.selector.register(sock, selectors.EVENT_READ, rank)
         self.closed = [False] * self.size
+        self.turn = 0  # the rank whose frames are taken first: each in turn
 
     def close(self) -> None:
         self.selector.close()
@@ -37,41 +48,77 @@ class Judge:
             sock.close()
 
     def send(self, rank: int, header: dict, blobs=()) -> None:
+        """Queue a frame for ``rank`` and send what its socket takes now."""
+        if self.closed[rank]:
+            return  # it died; its silence will be reported
+        frame = wire.pack(header, blobs)
+        self.outbox[rank].append(memoryview(frame))
+        self.unread[rank] += len(frame)
+        if self.unread[rank] > MAX_UNREAD:
+            raise Failure(f"rank {rank} did not read the grader's replies (more than "
+                          f"{MAX_UNREAD >> 20} MiB of them waited)")
+        self._flush(rank)
+
+    def _flush(self, rank: int) -> None:
+        box, sock = self.outbox[rank], self.sockets[rank]
         try:
-            self.sockets[rank].settimeout(10)  # a rank that stops reading cannot stall us
-            wire.send(self.sockets[rank], header, blobs)
-        except OSError:
-            pass  # it died; its silence will be reported
+            while box:
+                sent = sock.send(box[0])
+                self.unread[rank] -= sent
+                if sent < len(box[0]):
+                    box[0] = box[0][sent:]
+                    break
+                box.popleft()
+        except BlockingIOError:
+            pass
+        except OSError:  # it died; its silence will be reported
+            box.clear()
+            self.unread[rank] = 0
+        if not self.closed[rank]:
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if box else 0)
+            if self.selector.get_key(sock).events != events:
+                self.selector.modify(sock, events, rank)
 
     def frames(self, deadline: float, waiting_for: str):
-        """Frames as they come, from any rank, until ``deadline``."""
+        """Frames as they come, from any rank (each in turn), until ``deadline``."""
         while True:
-            for rank in range(self.size):
+            if STOP.is_set():
+                raise Failure("grading was interrupted")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Failure(waiting_for)
+            for rank in [*range(self.turn, self.size), *range(self.turn)]:
                 if self.readers[rank].ready:
+                    self.turn = (rank + 1) % self.size
                     yield (rank, *self.readers[rank].ready.popleft())
                     break
             else:
-                if STOP.is_set():
-                    raise Failure("grading was interrupted")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Failure(waiting_for)
-                for key, _ in self.selector.select(timeout=min(left, 1.0)):
-                    rank = key.data
-                    try:
-                        data = key.fileobj.recv(1 << 20)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        self.selector.unregister(key.fileobj)
-                        self.closed[rank] = True
-                        raise Failure(f"rank {rank}'s process ended without answering: it was "
-                                      "killed (over its memory, process or CPU-time limit?) or "
-                                      "it exited")
-                    try:
-                        self.readers[rank].ready.extend(self.readers[rank].feed(data))
-                    except wire.WireError as error:
-                        raise Failure(f"rank {rank} broke the grader's protocol: {error}") from None
+                self._pump(min(left, TICK))
+
+    def _pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for a rank to speak or to take its replies."""
+        for key, mask in self.selector.select(timeout=timeout):
+            rank = key.data
+            if mask & selectors.EVENT_WRITE:
+                self._flush(rank)
+            if not mask & selectors.EVENT_READ:
+                continue
+            try:
+                data = key.fileobj.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.selector.unregister(key.fileobj)
+                self.closed[rank] = True
+                raise Failure(f"rank {rank}'s process ended without answering: it was "
+                              "killed (over its memory, process or CPU-time limit?) or "
+                              "it exited")
+            try:
+                self.readers[rank].ready.extend(self.readers[rank].feed(data))
+            except wire.WireError as error:
+                raise Failure(f"rank {rank} broke the grader's protocol: {error}") from None
 
     def setup(self, header: dict, timeout: float) -> str | None:
         """Send every rank the code to load; return the first warning, raise on an error."""
@@ -88,9 +135,12 @@ class Judge:
             if len(ready) == self.size:
                 return warning
 
-    def case(self, headers: list[tuple[dict, list]], timeout: float, what: str) -> Outcome:
-        """Send each rank its case and serve it until every rank has answered."""
-        state = Case(self)
+    def case(self, headers: list[tuple[dict, list]], timeout: float, what: str,
+             expected: dict | None = None) -> Outcome:
+        """Send each rank its case and serve it until every rank has answered; with
+        ``expected`` (see :class:`~allreduce.grading.matching.Case`), check every message's
+        content."""
+        state = Case(self, expected)
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout
@@ -103,4 +153,7 @@ class Judge:
 
     def bye(self) -> None:
         for rank in range(self.size):
-            self.send(rank, {"op": "bye"})
+            try:
+                self.send(rank, {"op": "bye"})
+            except Failure:  # the verdict is made; a rank that reads nothing is ended anyway
+                pass

@@ -19,7 +19,8 @@ import numpy as np
 from ..trace import Event
 from . import wire
 
-MAX_EVENTS = 100_000  # messages and waits one rank may make in one case
+MAX_EVENTS = 100_000  # requests one rank may make in one case: sends, receives (empty ones
+# too), waits (with no ids too), collectives; each is a frame the judge reads and answers
 MAX_QUEUED = 256 << 20  # bytes sent and not yet taken by their receiver's wait, in all
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum,
            "prod": np.multiply}
@@ -44,6 +45,7 @@ class Outcome:
     events: list[list[Event]]
     allreduces: list[list[int]]
     collectives: list[int] = field(default_factory=list)
+    content: str | None = None  # the first message that did not hold what it must (see Case)
 
 
 class Judge(Protocol):
@@ -57,8 +59,13 @@ class Judge(Protocol):
 class Case:
     """What the judge knows during one case."""
 
-    def __init__(self, judge: Judge):
+    def __init__(self, judge: Judge, expected: dict | None = None):
+        """``expected``: for each ``(source, dest)``, the bytes of each non-empty message the
+        taught algorithm sends there, given this case's inputs
+        (:func:`allreduce.lab.patterns.payloads`); ``None``: contents are not checked."""
         self.judge, size = judge, judge.size
+        self.expected, self.content = expected, None
+        self.compared: dict[tuple[int, int], int] = defaultdict(int)
         self.events: list[list[Event]] = [[] for _ in range(size)]
         self.kinds: list[dict[int, tuple[str, int]]] = [{} for _ in range(size)]  # id: kind, event
         self.sends: dict = defaultdict(deque)  # (source, dest, tag): sends not yet received
@@ -68,10 +75,15 @@ class Case:
         self.allreduces: list[list[int]] = [[] for _ in range(size)]
         self.collectives = [0] * size
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
+        self.requests = [0] * size  # frames each rank sent in this case
 
     # -- one frame
     def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
         op = header.get("op")
+        self.requests[rank] += 1
+        if self.requests[rank] > MAX_EVENTS:
+            raise Failure(f"rank {rank} made more than {MAX_EVENTS} requests (sends, receives, "
+                          "waits, collectives) in one case")
         if self.state[rank] is not None:
             raise Failure(f"rank {rank} spoke out of turn ({clean(op, 40)})")
         if op == "error":
@@ -99,9 +111,6 @@ class Case:
                 or dtype not in wire.DTYPES or not isinstance(request, int) \
                 or request in self.kinds[rank]:
             raise Failure(f"rank {rank} sent the grader a malformed {op}")
-        if len(self.events[rank]) >= MAX_EVENTS:
-            raise Failure(f"rank {rank} made more than {MAX_EVENTS} sends and receives in one "
-                          "case")
         nbytes = count * np.dtype(dtype).itemsize
         kind = "send" if op == "isend" else "recv"
         event = Event(kind, rank, peer, tag, count, nbytes, id=len(self.events[rank]))
@@ -110,6 +119,8 @@ class Case:
         if kind == "send":
             if len(blobs) != 1 or len(blobs[0]) != nbytes:
                 raise Failure(f"rank {rank} sent the grader a malformed isend")
+            if count and self.expected is not None:
+                self._compare(rank, peer, dtype, blobs[0])
             key = (rank, peer, tag)
             self.sends[key].append((dtype, count, blobs[0]))
             self.queued += nbytes
@@ -121,6 +132,32 @@ class Case:
             key = (peer, rank, tag)
             self.recvs[key].append((request, dtype, count))
         self._match(key)
+
+    def _compare(self, rank: int, peer: int, dtype: str, data: bytes) -> None:
+        """Keep the first message whose content is not what the taught algorithm sends at
+        that step (compared as it arrives: nothing of it is held).  The verdict reads it
+        after the values and the pattern, whose messages say more."""
+        index = self.compared[rank, peer]
+        self.compared[rank, peer] += 1
+        if self.content is not None:
+            return
+        wanted = self.expected.get((rank, peer), [])
+        if index < len(wanted) and data == wanted[index]:
+            return
+        what = f"rank {rank}'s message {index + 1} to rank {peer}"
+        if index >= len(wanted):
+            self.content = f"{what} is one more than the taught algorithm sends there"
+            return
+        item = np.dtype(dtype).itemsize
+        mine = np.frombuffer(data, dtype)
+        theirs = np.frombuffer(wanted[index][: len(wanted[index]) // item * item], dtype)
+        common = min(len(mine), len(theirs))
+        differ = np.flatnonzero(mine[:common] != theirs[:common])
+        shown = (f" (element {differ[0]}: {mine[differ[0]].item()}, where the taught algorithm "
+                 f"has {theirs[differ[0]].item()})" if len(differ) else "")
+        self.content = (f"{what} did not hold the data the taught algorithm sends at that "
+                        f"step{shown}: each message must carry what the ranks received through "
+                        "comm, added up; data that reached a rank any other way does not count")
 
     def _match(self, key) -> None:
         source, dest, _ = key
@@ -231,4 +268,4 @@ class Case:
 
     def outcome(self) -> Outcome:
         return Outcome([(s[1], s[2]) for s in self.state], self.events, self.allreduces,
-                       self.collectives)
+                       self.collectives, self.content)

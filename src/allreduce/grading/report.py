@@ -19,8 +19,25 @@ def _number(value: float) -> str:
 
 
 def _safe(text: str) -> str:
-    """A cell a spreadsheet will not run as a formula."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    """A cell a spreadsheet will not run as a formula (OWASP's "CSV injection": a cell that
+    starts with =, +, -, @, a tab or a carriage return, after any spaces, gets a quote)."""
+    text = str(text)
+    return "'" + text if text.lstrip(" ")[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def _markdown(text: str) -> str:
+    """Untrusted text (a check's message quotes what a rank sent; a file's name) shown as
+    itself in Markdown, on one line: every character that starts inline markup (emphasis,
+    code, links and images, HTML, entities, strikethrough, table cells) is escaped."""
+    return re.sub(r"([\\`*_\[\]<>!|~&])", r"\\\1", " ".join(str(text).splitlines()))
+
+
+def _fenced(source: str, language: str = "python") -> list[str]:
+    """``source`` in a code fence longer than any run of backticks in it (which would
+    otherwise close the fence and turn the rest into Markdown)."""
+    longest = max((len(run) for run in re.findall(r"`+", source)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + language, source.rstrip(), fence]
 
 
 def write_scores(graded: list[Submission], names: list[str], path: Path) -> None:
@@ -32,7 +49,7 @@ def write_scores(graded: list[Submission], names: list[str], path: Path) -> None
         for s in graded:
             messages = "; ".join(f"{e}: {s.results[e].message}" for e in names
                                  if s.results[e].score < 1 and s.results[e].message)
-            writer.writerow([s.name, *(_number(s.results[e].score * s.points[e]) for e in names),
+            writer.writerow([_safe(s.name), *(_number(s.results[e].score * s.points[e]) for e in names),
                              _number(s.earned), _number(s.possible), f"{100 * s.total:.0f}",
                              _safe(messages)])
 
@@ -47,7 +64,7 @@ def write_canvas(graded: list[Submission], column: str, path: Path) -> None:
         possible = graded[0].possible if graded else 0
         writer.writerow(["Points Possible", "", "", "", "", _number(possible)])
         for s in graded:
-            writer.writerow([s.name, "", "", s.name, "", _number(s.earned)])
+            writer.writerow([_safe(s.name), "", "", _safe(s.name), "", _number(s.earned)])
 
 
 def summary(graded: list[Submission], names: list[str]) -> str:
@@ -78,7 +95,7 @@ def _cell(submission: Submission, exercise: str) -> tuple[int | None, str]:
 
 def feedback(submission: Submission, lab: str) -> str:
     """The feedback file of one submission, in Markdown."""
-    lines = [f"# Feedback: {submission.name} on {lab}", "",
+    lines = [f"# Feedback: {_markdown(submission.name)} on {_markdown(lab)}", "",
              (f"**{_number(submission.earned)} of {_number(submission.possible)} points "
               f"({100 * submission.total:.0f}%).**"), "",
              "| exercise | points | |", "|---|---|---|"]
@@ -90,16 +107,16 @@ def feedback(submission: Submission, lab: str) -> str:
         lines += ["", (f"## `{exercise}`: {_number(result.score * submission.points[exercise])} "
                        f"of {_number(submission.points[exercise])} points"), ""]
         lines.append(("The check: " if result.score == 1 else "What the check found: ")
-                     + (result.message or "(no message)"))
+                     + (_markdown(result.message) if result.message else "(no message)"))
         if result.warning:
-            lines += ["", f"Note: {result.warning}"]
+            lines += ["", f"Note: {_markdown(result.warning)}"]
         if result.score < 1:
             number, source = _cell(submission, exercise)
             if number is not None:
                 where = re.search(r"line (\d+)", result.message + result.warning)
                 lines += ["", (f"Your solution cell (cell {number} of your notebook"
                                + (f"; the error is on line {where.group(1)}" if where else "")
-                               + "):"), "", "```python", source.rstrip(), "```"]
+                               + "):"), "", *_fenced(source)]
     return "\n".join(lines) + "\n"
 
 

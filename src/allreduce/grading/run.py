@@ -5,8 +5,11 @@ The verdict is made here, in the grader's own process, after the student's code 
 answered: from the results and the messages the judge routed, never from anything the
 notebook printed or the run wrote.  The ranks see one case at a time; their inputs carry
 numbers chosen here at random, and each rank is in a sandbox of its own (its own ``/tmp``,
-``/dev/shm``, network and, as root, user id; the judge is the only way between them), so
-no rank can produce a right result without receiving the others' data through the judge.
+``/dev/shm``, network and, as root, user id; a syscall filter; the judge is the only way
+between them), so no rank can produce a right result without receiving the others' data
+through the judge.  And, whatever way might be left open, every message must hold exactly
+what the taught algorithm sends at that step given the case's inputs (the judge compares
+each one as it arrives): right values that did not cross the judge fail.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import numpy as np
 
 from ..lab import CHECK_COUNTS, LOCAL_CHECKS, checks
 from ..lab.overlap import SubmitLog
-from ..lab.patterns import PATTERNS, pattern_problem
+from ..lab.patterns import PATTERNS, pattern_problem, payloads
 from . import confine, wire
-from .judge import Failure, Judge, clean
+from .judge import STOP, Failure, Judge, clean
 from .notebooks import Spec
 from .sandbox import DEFAULT_LIMITS, Limits, Sandbox
 
@@ -121,7 +124,9 @@ def _ranks(judge: Judge, spec: Spec, timeout: float) -> str:
             blobs: list = []
             headers.append(({"op": "case", "n": n, "size": RANKS,
                              "given": wire.encode(given[rank], blobs)}, blobs))
-        outcome = judge.case(headers, timeout, f"{spec.function} for n = {n}")
+        deadline = time.monotonic() + timeout  # the case's, and its pattern check's
+        outcome = judge.case(headers, timeout, f"{spec.function} for n = {n}",
+                             payloads(spec.pattern, given))
         problems = []
         for rank, (header, blobs) in enumerate(outcome.results):
             if header.get("violation"):
@@ -137,12 +142,14 @@ def _ranks(judge: Judge, spec: Spec, timeout: float) -> str:
                                 f"{clean(error, 100)})")
         if problem := next((p for p in problems if p), None):
             raise Failure(problem)
-        if problem := _pattern(spec, n, outcome):
+        if problem := _pattern(spec, n, outcome, deadline, timeout):
             raise Failure(problem)
+        if outcome.content:  # right values, right pattern, and the data not through comm
+            raise Failure(f"{spec.function} for n = {n}: {outcome.content}")
     return f"{spec.function}: correct on {RANKS} ranks for n = {', '.join(map(str, CHECK_COUNTS))}"
 
 
-def _pattern(spec: Spec, n: int, outcome) -> str | None:
+def _pattern(spec: Spec, n: int, outcome, deadline: float, timeout: float) -> str | None:
     if spec.pattern != "one_allreduce":
         if any(outcome.allreduces):
             return (f"your {spec.function} called allreduce.allreduce for n = {n}: the exercise "
@@ -152,8 +159,17 @@ def _pattern(spec: Spec, n: int, outcome) -> str | None:
                     f"it must {PATTERNS[spec.pattern].does}")
     if spec.pattern == "one_allreduce" and any(outcome.collectives):
         return f"your {spec.function} used comm's allgather; it must {PATTERNS[spec.pattern].does}"
-    return pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
-                                  [len(a) for a in outcome.allreduces], outcome.allreduces)
+    try:
+        return pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
+                               [len(a) for a in outcome.allreduces], outcome.allreduces,
+                               give_up=lambda: STOP.is_set() or time.monotonic() > deadline)
+    except TimeoutError:
+        if STOP.is_set():
+            raise Failure("grading was interrupted") from None
+        events = sum(len(e) for e in outcome.events)
+        raise Failure(f"{spec.function} for n = {n} did not finish within {timeout:.0f} s "
+                      f"(checking the pattern of its {events} sends, receives and waits took "
+                      "the rest of the case's time)") from None
 
 
 def _local(judge: Judge, spec: Spec, timeout: float) -> str:

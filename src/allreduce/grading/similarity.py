@@ -1,7 +1,14 @@
 """Near-copies across submissions, for a person to look at: each exercise's solution cells,
 normalised (comments, layout and the names a student chose do not count), compared pairwise.
 It flags; it never changes a score.  Short exercises have few ways to be right, so two
-correct one-line answers look alike: the report gives each pair's length to weigh that."""
+correct one-line answers look alike: the report gives each pair's length to weigh that.
+
+Two solutions of up to :data:`EXACT` tokens each are compared exactly (``difflib``, whose
+time grows with the product of the lengths: two identical cells of 24,000 tokens took 35 s);
+longer ones by winnowing (Schleimer, Wilkerson & Aiken 2003, "Winnowing: local algorithms
+for document fingerprinting", the method of MOSS): the share of fingerprints, hashes of
+token k-grams chosen as the least of each window, they have in common, in time linear in
+their length."""
 
 from __future__ import annotations
 
@@ -16,6 +23,10 @@ from pathlib import Path
 
 from .batch import Submission
 from .notebooks import role, stub_solutions
+from .report import _safe
+
+EXACT = 2000  # tokens: longer solutions are compared by their fingerprints
+K, WINDOW = 5, 4  # winnowing: token k-grams, and the window each fingerprint is the least of
 
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
          tokenize.ENCODING, tokenize.ENDMARKER}
@@ -55,14 +66,27 @@ def pairs(graded: list[Submission], key, names: list[str], *, threshold: float =
         mine = {s.name: normalise(_solution(s.notebook, exercise)) for s in graded
                 if s.notebook is not None}
         mine = {name: tokens for name, tokens in mine.items() if tokens and tokens != stub}
+        prints: dict[str, set[int]] = {}
         for (a, ta), (b, tb) in combinations(sorted(mine.items()), 2):
-            matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-            if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
-                continue
-            ratio = matcher.ratio()
+            if max(len(ta), len(tb)) > EXACT:
+                pa = prints.setdefault(a, fingerprints(ta))
+                pb = prints.setdefault(b, fingerprints(tb))
+                ratio = 2 * len(pa & pb) / (len(pa) + len(pb))
+            else:
+                matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+                if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
+                    continue
+                ratio = matcher.ratio()
             if ratio >= threshold:
                 found.append((exercise, a, b, ratio, min(len(ta), len(tb))))
     return sorted(found, key=lambda p: (-p[3], p[0], p[1], p[2]))
+
+
+def fingerprints(tokens: list[str]) -> set[int]:
+    """The winnowed fingerprints of ``tokens``: the least hash of every window of
+    :data:`WINDOW` consecutive k-gram hashes (all of a solution shorter than one k-gram)."""
+    hashes = [hash(tuple(tokens[i:i + K])) for i in range(max(1, len(tokens) - K + 1))]
+    return {min(hashes[i:i + WINDOW]) for i in range(max(1, len(hashes) - WINDOW + 1))}
 
 
 def write(found, path: Path) -> None:
@@ -70,4 +94,4 @@ def write(found, path: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(["exercise", "submission_a", "submission_b", "similarity", "tokens"])
         for exercise, a, b, ratio, tokens in found:
-            writer.writerow([exercise, a, b, f"{ratio:.2f}", tokens])
+            writer.writerow([_safe(exercise), _safe(a), _safe(b), f"{ratio:.2f}", tokens])

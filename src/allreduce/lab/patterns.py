@@ -135,6 +135,42 @@ def reference(pattern: str, n: int, size: int):
     return Trace(run_threads(size, body, timeout=30), itemsize=8)
 
 
+def payloads(pattern: str, given: list[dict]) -> dict[tuple[int, int], list[bytes]] | None:
+    """What the library's own algorithm of ``pattern`` sends, given every rank's inputs of a
+    check's case (:func:`allreduce.lab.checks.inputs`, integer-valued, so any order of
+    adding gives the same bits): for each ``(source, dest)``, the bytes of each non-empty
+    message, in the order they are sent.  The grader compares what each rank sent with it
+    (:mod:`allreduce.grading.matching`): a rank that sends zeros in the right pattern and
+    takes the data another way fails, whatever way is left open.  ``None`` for
+    ``one_allreduce``, whose data the judge itself adds up."""
+    from ..ops import OPS
+    from ..trace import TracingCommunicator
+    from ..transports.threads import run_threads
+
+    if pattern == "one_allreduce":
+        return None
+
+    def body(comm):
+        tracer = TracingCommunicator(comm, payloads=True)
+        mine = given[comm.rank]
+        if pattern.startswith("sparse"):
+            from ..sparse.sparse_ring import taught_reduce_scatter
+
+            taught_reduce_scatter(mine["indices"].copy(), mine["values"].copy(),
+                                  int(mine["n"][0]), tracer)
+        else:
+            _reference_function(pattern)(mine["buf"].copy(), tracer, OPS["sum"])
+        return tracer.events
+
+    sent: dict[tuple[int, int], list[bytes]] = {}
+    for events in run_threads(len(given), body, timeout=30):
+        for e in events:
+            if e.kind == "send" and e.count:
+                sent.setdefault((e.rank, e.peer), []).append(
+                    np.ascontiguousarray(e.payload).tobytes())
+    return sent
+
+
 def sparse_supports(n: int, size: int) -> list[np.ndarray]:
     """Every rank's indices for the sparse checks: a fixed draw (so that the library's own
     trace, the pattern, has the same messages) that overlaps and clusters in the low
@@ -189,10 +225,11 @@ def compare(name: str, pattern: str, trace, n: int) -> str | None:
 
 
 def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduce_calls,
-                    allreduce_counts=None) -> str | None:
+                    allreduce_counts=None, give_up=None) -> str | None:
     """The pattern check for one case, from every rank's events (sends, receives, waits)
     and the number of ``allreduce.allreduce`` calls each rank made (and, when known, how many
-    elements each call reduced)."""
+    elements each call reduced).  Linear in the events; ``give_up`` as
+    :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
     from ..trace import Trace
 
     if pattern == "one_allreduce":
@@ -207,4 +244,4 @@ def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduc
                         f"{rank} for n = {n}, not all {total} elements of the gradients; it must "
                         f"{PATTERNS[pattern].does}")
         return None
-    return compare(name, pattern, Trace(list(events), itemsize=8), n)
+    return compare(name, pattern, Trace(list(events), itemsize=8, give_up=give_up), n)
