@@ -49,7 +49,9 @@ test: $(STAMP)
 # keys in labs/.  Root (containers, many cloud notebooks) gets --allow-root, which
 # JupyterLab otherwise refuses to start without.  The kernels get CurveZMQ keys from the
 # server (transport_encryption=auto).  LAB_ARGS passes more options, e.g. --no-browser.
-# JUPYTER_LAB is the command that starts the server (the tests replace it with echo).
+# A server already running on the folder (allreduce.lab.server reads the runtime directory,
+# as jupyter server list does) is named instead of starting a second one.  JUPYTER_LAB is
+# the command that starts the server (the tests replace it with echo).
 STUDENT     ?= student
 KEYS_ON     := $(filter 1 yes true,$(KEYS))
 FORCE_ON    := $(filter 1 yes true,$(FORCE))
@@ -60,6 +62,7 @@ JUPYTER_LAB ?= $(BIN)/jupyter lab
 
 lab: $(STAMP)
 	$(if $(KEYS_ON),,$(BIN)/allreduce-student labs/*.ipynb --out "$(STUDENT)")
+	$(BIN)/python -m allreduce.lab.server "$(LAB_DIR)" || \
 	$(JUPYTER_LAB) $(AS_ROOT) --ServerApp.root_dir="$(LAB_DIR)" \
 	  --MappingKernelManager.transport_encryption=auto $(LAB_ARGS)
 

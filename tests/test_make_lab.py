@@ -28,6 +28,11 @@ def _make(root: Path, target: str, *args: str, dry: bool = False, env=None) -> s
     return run.stdout
 
 
+def _started(out: str) -> list[str]:
+    """The lines the stand-in for JupyterLab printed: the server make would have started."""
+    return [line for line in out.splitlines() if line.startswith("would start")]
+
+
 def _labs(root: Path) -> list[Path]:
     return sorted((root / "labs").glob("*.ipynb"))
 
@@ -36,7 +41,7 @@ def test_make_lab_writes_the_copies_and_opens_them(root, tmp_path):
     student = tmp_path / "student"
     out = _make(root, "lab", f"STUDENT={student}")
     assert sorted(p.name for p in student.glob("*.ipynb")) == [p.name for p in _labs(root)]
-    started = next(line for line in out.splitlines() if line.startswith("would start"))
+    (started,) = _started(out)
     assert f"--ServerApp.root_dir={student}" in started
     assert "--MappingKernelManager.transport_encryption=auto" in started
     assert ("--allow-root" in started) == (os.geteuid() == 0)
@@ -94,3 +99,38 @@ def test_allreduce_student_refuses_a_missing_lab_before_writing(venv_bin, tmp_pa
                          check=False)
     assert run.returncode == 2 and "no such lab: labs/99_none.ipynb" in run.stderr
     assert not (tmp_path / "s").exists()
+
+
+def _server_file(runtime: Path, root_dir: Path, pid: int) -> None:
+    """What a running Jupyter server keeps in the runtime directory (jupyter_server's
+    ServerApp.write_server_info_file: jpserver-PID.json)."""
+    import json
+
+    runtime.mkdir(parents=True, exist_ok=True)
+    info = {"pid": pid, "port": 8899, "url": "http://127.0.0.1:8899/", "token": "t0ken",
+            "root_dir": str(root_dir), "base_url": "/", "hostname": "127.0.0.1",
+            "secure": False, "sock": "", "password": False, "version": "2"}
+    (runtime / f"jpserver-{pid}.json").write_text(json.dumps(info))
+
+
+def test_make_lab_names_a_server_already_running_on_the_folder(root, tmp_path):
+    student, runtime = tmp_path / "student", tmp_path / "runtime"
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))
+    _server_file(runtime, student, os.getpid())  # a live process: this test's own
+    out = _make(root, "lab", f"STUDENT={student}", env=env)
+    assert not _started(out), out
+    assert f"JupyterLab is already running on {student}/ (process {os.getpid()})" in out
+    assert "http://127.0.0.1:8899/lab?token=t0ken" in out
+    assert "server stop 8899" in out
+
+
+def test_make_lab_starts_a_server_when_the_running_ones_serve_elsewhere(root, tmp_path):
+    student, runtime = tmp_path / "student", tmp_path / "runtime"
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))
+    _server_file(runtime, tmp_path / "elsewhere", os.getpid())
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    _server_file(runtime, student, ended.pid)  # a server on the folder whose process ended
+    out = _make(root, "lab", f"STUDENT={student}", env=env)
+    assert "JupyterLab is already running" not in out
+    assert _started(out), out
