@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", "-j", type=int, default=1,
                         help="exercises graded at a time (default 1); each runs 4 processes")
     parser.add_argument("--no-sandbox", action="store_true",
-                        help="run submissions without the sandbox (see the README: they can "
+                        help="run submissions without the sandbox (see studyguide/instructor.md: they can "
                              "then read and change your files)")
     parser.add_argument("--similar", type=float, default=0.9, metavar="RATIO",
                         help="flag pairs of solutions at least this alike (default 0.9)")
