@@ -60,7 +60,7 @@ def test_neither_make_student_nor_make_lab_overwrites_a_students_work(root, tmp_
         out = _make(root, target, f"STUDENT={student}")
         assert ring.read_bytes() == work, f"make {target} overwrote the student's work"
         assert f"kept {len(_labs(root))} copies already in {student}/" in out, out
-        assert "make student FORCE=1" in out
+        assert "to start one afresh, delete it" in out and "make student FORCE=1" in out
     assert not (student / ".old").exists()
 
     # a deleted copy is written again; the others stay

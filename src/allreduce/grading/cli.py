@@ -210,6 +210,6 @@ def student_main(argv: list[str] | None = None) -> int:
     if kept:
         print(f"kept {len(kept)} cop{'y' if len(kept) == 1 else 'ies'} already in {args.out}/ "
               f"(your work): {', '.join(p.name for p in kept)}")
-        print("  to start one afresh: make student FORCE=1 (or allreduce-student ... --force), "
-              f"which first moves your copy to {args.out}/.old/")
+        print("  to start one afresh, delete it and run this again; to replace them all, "
+              f"make student FORCE=1 (or --force), which first moves them to {args.out}/.old/")
     return 0
