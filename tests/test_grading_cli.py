@@ -72,7 +72,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_grading(root, tmp_path,
     blocker = tmp_path / "taken"
     if where == "a_file":
         blocker.write_text("a file where the folder should be")
-        out, said = blocker / "scores.csv", "cannot write the scores to"
+        out, said = blocker / "term1" / "scores.csv", f"{blocker} is a file, not a folder"
     else:
         blocker.mkdir()
         out, said = blocker, "it is a folder; give a file name"

@@ -114,6 +114,9 @@ def writable(out: Path) -> str | None:
 
     if out.is_dir():
         return "it is a folder; give a file name, e.g. grades/scores.csv"
+    for folder in (out.parent, *out.parent.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"{folder} is a file, not a folder"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out.parent):
