@@ -16,8 +16,9 @@ help:
 	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, book build"
 	@echo "make lab    open JupyterLab on the student copies in student/ (made when missing)"
 	@echo "make lab KEYS=1  open JupyterLab on the instructor keys in labs/ instead"
-	@echo "make student  write student copies of every lab into student/ (solutions stubbed)"
-	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade in sandboxes (README: Grading)"
+	@echo "make student  write the missing student copies of every lab into student/ (solutions stubbed)"
+	@echo "make student FORCE=1  replace them all, after moving the old ones to student/.old/"
+	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade in sandboxes into grades/ (studyguide/instructor.md)"
 	@echo "make bench  allreduce-bench on 4 MPI ranks, 1 KiB to 64 MiB, against MPI_Allreduce and torch gloo"
 	@echo "make publish REMOTE=origin  build the book, push it to gh-pages and the student copies to 'student'"
 	@echo "make venv   only create .venv and install the package with all extras"
@@ -41,31 +42,36 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# make lab opens the student copies (student/NN.ipynb, each written from labs/ only when
-# it is missing, so a student's work is never overwritten); KEYS=1 opens the instructor
+# make lab opens the student copies in student/ and make student writes them: both run
+# allreduce-student, which writes only the copies that are missing and says which it kept,
+# so a student's work is never overwritten; FORCE=1 (make student only) replaces them,
+# after moving each old copy to student/.old/TIMESTAMP/.  KEYS=1 opens the instructor
 # keys in labs/.  Root (containers, many cloud notebooks) gets --allow-root, which
 # JupyterLab otherwise refuses to start without.  The kernels get CurveZMQ keys from the
 # server (transport_encryption=auto).  LAB_ARGS passes more options, e.g. --no-browser.
-STUDENT   ?= student
-LABS      := $(wildcard labs/*.ipynb)
-KEYS_ON   := $(filter 1 yes true,$(KEYS))
-LAB_DIR   := $(if $(KEYS_ON),labs,$(STUDENT))
-AS_ROOT   := $(if $(filter 0,$(shell id -u)),--allow-root)
-LAB_ARGS  ?=
+# A server already running on the folder (allreduce.lab.server reads the runtime directory,
+# as jupyter server list does) is named instead of starting a second one.  JUPYTER_LAB is
+# the command that starts the server (the tests replace it with echo).
+STUDENT     ?= student
+KEYS_ON     := $(filter 1 yes true,$(KEYS))
+FORCE_ON    := $(filter 1 yes true,$(FORCE))
+LAB_DIR     := $(if $(KEYS_ON),labs,$(STUDENT))
+AS_ROOT     := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS    ?=
+JUPYTER_LAB ?= $(BIN)/jupyter lab
 
-$(STUDENT)/%.ipynb: | labs/%.ipynb $(STAMP)
-	$(BIN)/allreduce-student labs/$*.ipynb --out $(STUDENT)
-
-lab: $(STAMP) $(if $(KEYS_ON),,$(LABS:labs/%=$(STUDENT)/%))
-	$(BIN)/jupyter lab $(AS_ROOT) --ServerApp.root_dir=$(LAB_DIR) \
+lab: $(STAMP)
+	$(if $(KEYS_ON),,$(BIN)/allreduce-student labs/*.ipynb --out "$(STUDENT)")
+	$(BIN)/python -m allreduce.lab.server "$(LAB_DIR)" || \
+	$(JUPYTER_LAB) $(AS_ROOT) --ServerApp.root_dir="$(LAB_DIR)" \
 	  --MappingKernelManager.transport_encryption=auto $(LAB_ARGS)
 
 student: $(STAMP)
-	$(BIN)/allreduce-student labs/*.ipynb --out $(STUDENT)
+	$(BIN)/allreduce-student labs/*.ipynb --out "$(STUDENT)" $(if $(FORCE_ON),--force)
 
 grade: $(STAMP)
-	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=scores.csv] [JOBS=1]"; exit 2; }
-	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),scores.csv)" --jobs "$(or $(JOBS),1)"
+	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=grades/scores.csv] [JOBS=1]"; exit 2; }
+	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),grades/scores.csv)" --jobs "$(or $(JOBS),1)"
 
 BENCH_RANKS ?= 4
 BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,pipelined_ring,rabenseifner,recursive_doubling,auto

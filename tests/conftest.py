@@ -105,5 +105,5 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"{len(skipped)} grading tests were skipped: the hostile submissions, every lab's key "
         "and student copy, and the limits were NOT checked.  Run as root, or allow user "
-        "namespaces (README, Grading); ALLREDUCE_REQUIRE_SANDBOX=1 makes this a failure "
-        "(.ci/run sets it).", red=True)
+        "namespaces (studyguide/instructor.md, 'Without user namespaces'); "
+        "ALLREDUCE_REQUIRE_SANDBOX=1 makes this a failure (.ci/run sets it).", red=True)

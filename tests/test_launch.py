@@ -1,5 +1,5 @@
 """Launches that span hosts, as far as one machine can test them (chapter "The allreduce
-library", README "On a cluster"): no machine here reaches another, so each test starts its
+library", "On a cluster"): no machine here reaches another, so each test starts its
 job the way a multi-host job starts (two separate torchrun agents meeting at a rendezvous,
 an ``mpiexec`` hostfile, an ipyparallel profile) with every "host" on this one.  What they
 cannot show: a real network between hosts, a real Slurm (``srun``, ``sbatch``)."""

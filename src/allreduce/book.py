@@ -132,6 +132,9 @@ def _student_sources(app, exception) -> None:
 
 
 def setup(app):
+    from .bibstyle import register
+
+    register()  # the bibliography style _config.yml names (bibtex_default_style)
     app.connect("source-read", _source_read)
     app.connect("html-page-context", _launch_on_labs_only, priority=502)  # after the theme's
     app.connect("html-page-context", _inline_scripts_once, priority=900)  # after every other

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .progress import Progress
 from .record import _plot, fit_model, format_table
 from .sweep import sweep
 from .table import _World, run_table
@@ -33,8 +34,115 @@ def size_range(begin: int, end: int, factor: int) -> list[int]:
     return sizes
 
 
-def _main(argv: list[str] | None = None) -> int:
+def _wants_sparse(argv: list[str] | None) -> bool:
     import argparse
+    import sys
+
+    flag = argparse.ArgumentParser(add_help=False)
+    flag.add_argument("--sparse", action="store_true")
+    known, _ = flag.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return known.sparse
+
+
+MPIEXEC = ".venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py -m allreduce.bench"
+LAUNCH = f"Launch it on several ranks: `{MPIEXEC}` (what `make bench` runs)"
+
+
+def _show_defaults():
+    import argparse
+
+    class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+        """Every option's default at the end of its help: "off" for a flag, "none" for a
+        file that is written only when named."""
+
+        def _get_help_string(self, action):
+            if action.default is False or action.default is None:
+                return action.help + (" (default: off)" if action.default is False
+                                      else " (default: none)")
+            return super()._get_help_string(action)
+
+    return ShowDefaults
+
+
+def _parser(sparse: bool):
+    """The options of the dense benchmark, or with ``sparse`` those of ``--sparse``; every
+    option's help ends with its default."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="allreduce-bench" + " --sparse" * sparse,
+        formatter_class=_show_defaults(),
+        description=(
+            "The sparse allreduce (for Top-k gradients) against the dense one, at several "
+            f"densities, in interleaved rounds.  Launch it on several ranks: `{MPIEXEC} "
+            "--sparse`." if sparse else
+            "Allreduce benchmark in nccl-tests' columns, with the libraries' own allreduce as "
+            "peers in the same run. " + LAUNCH + ", or `.venv/bin/torchrun --nproc-per-node 4 "
+            "-m allreduce.bench`.  `allreduce-bench --sparse --help` lists the sparse "
+            "benchmark's options."))
+    if sparse:
+        from ..sparse import SPARSE_ALGORITHMS
+
+        parser.add_argument("--sparse", action="store_true",
+                            help="benchmark the sparse allreduce (under mpiexec)")
+        parser.add_argument("-a", "--algorithms", default=",".join([*SPARSE_ALGORITHMS, "auto"]),
+                            help="comma-separated sparse algorithms, or 'all'")
+        parser.add_argument("--count", default="16M", help="dense length n of the vectors")
+        parser.add_argument("--densities", default="0.0001,0.001,0.01,0.1,0.5",
+                            help="comma-separated densities (fractions of n)")
+        parser.add_argument("--supports", default="uniform",
+                            help="comma-separated kinds of support: uniform, identical, "
+                                 "disjoint, gradients (the course transformer's Top-k "
+                                 "gradients; densities above 1%% regenerate them once, in "
+                                 "minutes)")
+    else:
+        parser.add_argument("-b", "--minbytes", default="1K", help="smallest size")
+        parser.add_argument("-e", "--maxbytes", default="64M", help="largest size")
+        parser.add_argument("-f", "--stepfactor", type=int, default=4, help="size factor")
+        parser.add_argument("-a", "--algorithms", default="ring,rabenseifner,auto",
+                            help="comma-separated, or 'all'")
+        parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
+        parser.add_argument("-d", "--dtype", default="float32",
+                            help="float16, float32, float64, int32 or int64")
+    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
+    parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="under mpiexec, leave out the torch gloo peer")
+    if not sparse:
+        parser.add_argument("--csv", type=Path, help="write the rows as CSV")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    if not sparse:
+        parser.add_argument("--plot", type=Path, help="plot busbw against size (PNG)")
+        parser.add_argument("--save-model", action="store_true",
+                            help="keep the fitted model for auto (at $ALLREDUCE_MODEL or "
+                                 "~/.cache/allreduce/model.json); every rank must see the same "
+                                 "file")
+        parser.add_argument("--sparse", action="store_true",
+                            help="benchmark the sparse allreduce instead (see --sparse --help)")
+    parser.add_argument("--allow-one-rank", action="store_true",
+                        help="run on a single rank (an allreduce on one rank moves no data, "
+                             "so its table measures nothing of the network)")
+    parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
+    parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
+    return parser
+
+
+def one_rank(size: int, allowed: bool) -> str | None:
+    """The refusal to measure on one rank (``None`` when there are more, or when allowed)."""
+    if size > 1 or allowed:
+        return None
+    return ("allreduce-bench: refusing to measure on 1 rank: an allreduce on one rank moves "
+            "no data, so the table would say nothing of the algorithms. " + LAUNCH +
+            "; --allow-one-rank measures on one rank anyway.")
+
+
+def _per_second(inverse: float) -> str:
+    """``1/beta`` or ``1/gamma`` in GB/s, or "not measured" where the fit left it at 0."""
+    return f"{1 / inverse / 1e9:.2f} GB/s" if inverse > 0 else "not measured"
+
+
+def _main(argv: list[str] | None = None) -> int:
     import csv
     import json
     import sys
@@ -43,42 +151,8 @@ def _main(argv: list[str] | None = None) -> int:
     from ..api import ALGORITHMS
     from ..transports import as_communicator
 
-    parser = argparse.ArgumentParser(
-        prog="allreduce-bench",
-        description="Allreduce benchmark in nccl-tests' columns, with the libraries' own "
-                    "allreduce as peers in the same run.  Launch it with "
-                    "`.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py -m allreduce.bench` "
-                    "or `.venv/bin/torchrun --nproc-per-node 4 -m allreduce.bench`.")
-    parser.add_argument("-b", "--minbytes", default="1K", help="smallest size (default 1K)")
-    parser.add_argument("-e", "--maxbytes", default="64M", help="largest size (default 64M)")
-    parser.add_argument("-f", "--stepfactor", type=int, default=4, help="size factor (default 4)")
-    parser.add_argument("-a", "--algorithms", default="ring,rabenseifner,auto",
-                        help="comma-separated, or 'all' (default ring,rabenseifner,auto)")
-    parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
-    parser.add_argument("-d", "--dtype", default="float32", help="float16/32/64, int32/64")
-    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
-    parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
-    parser.add_argument("--no-torch", action="store_true",
-                        help="under mpiexec, leave out the torch gloo peer")
-    parser.add_argument("--csv", type=Path, help="write the rows as CSV")
-    parser.add_argument("--json", type=Path, help="write the rows as JSON")
-    parser.add_argument("--plot", type=Path, help="plot busbw against size (PNG)")
-    parser.add_argument("--save-model", action="store_true",
-                        help="keep the fitted model for auto (at $ALLREDUCE_MODEL or "
-                             "~/.cache/allreduce/model.json); every rank must see the same file")
-    parser.add_argument("--sparse", action="store_true",
-                        help="benchmark the sparse allreduce instead (under mpiexec): -a takes "
-                             "sparse algorithms, --count and --densities set the vectors")
-    parser.add_argument("--count", default="16M", help="--sparse: dense length n (default 16M)")
-    parser.add_argument("--densities", default="0.0001,0.001,0.01,0.1,0.5",
-                        help="--sparse: comma-separated densities (default 0.01%% to 50%%)")
-    parser.add_argument("--supports", default="uniform",
-                        help="--sparse: comma-separated kinds of support: uniform, identical, "
-                             "disjoint, gradients (the course transformer's Top-k gradients; "
-                             "densities above 1%% regenerate them once, in minutes)")
-    parser.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)  # run_sweep
-    parser.add_argument("--sizes", nargs="+", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--iterations", type=int, default=5, help=argparse.SUPPRESS)
+    sparse = _wants_sparse(argv)
+    parser = _parser(sparse)
     args, rest = parser.parse_known_args(argv)
     if args.sweep:  # the book's build-time measurements (run_sweep)
         from mpi4py import MPI
@@ -98,21 +172,25 @@ def _main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown algorithm(s) {', '.join(unknown)}; known: {', '.join(ALGORITHMS)}")
     sizes = size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
     world = _World(torch_peer=not args.no_torch)
+    if (refusal := one_rank(world.size, args.allow_one_rank)) is not None:
+        world.close()
+        print(refusal, file=sys.stderr)
+        return 2
     show = world.rank == 0
+    bar = Progress()
 
     def progress(done, total, nbytes):
         if show:
-            print(f"\r# measured {done}/{total} size passes ({nbytes} B)", end="",
-                  file=sys.stderr, flush=True)
+            bar(done, total, f"size passes ({nbytes} B)")
 
     try:
         rows = run_table(world, algorithms, sizes, dtype=args.dtype, op=args.op,
                          iterations=args.iters, warmup=args.warmup_iters, progress=progress)
     finally:
+        bar.close()
         world.close()
     if not show:
         return 0
-    print(file=sys.stderr)
     in_band = world.mpi is not None and as_communicator(world.comm).receives_any_length
     model, rows = fit_model(rows, list(world.peers), in_band=in_band)
     print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
@@ -123,8 +201,7 @@ def _main(argv: list[str] | None = None) -> int:
     if model:
         print(f"# model fitted to this run's algorithm rows (critical path of the whole call, "
               f"relative error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
-              f"{1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, 1/gamma = "
-              f"{1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s, "
+              f"{_per_second(model.beta)}, 1/gamma = {_per_second(model.gamma)}, "
               f"overhead = {model.overhead * 1e6:.1f} us per call")
         if args.save_model:
             print(f"# saved the model for auto to {cost.save(model)}")
@@ -145,6 +222,7 @@ def _main(argv: list[str] | None = None) -> int:
 
 def _sparse_main(parser, args) -> int:
     import json
+    import sys
 
     from mpi4py import MPI
 
@@ -152,7 +230,10 @@ def _sparse_main(parser, args) -> int:
     from .sparse import format_sparse, sparse_table
     from .sparse_inputs import SOURCES
 
-    names = [*SPARSE_ALGORITHMS, "auto"] if args.algorithms in ("all", "ring,rabenseifner,auto") \
+    if (refusal := one_rank(MPI.COMM_WORLD.size, args.allow_one_rank)) is not None:
+        print(refusal, file=sys.stderr)
+        return 2
+    names = [*SPARSE_ALGORITHMS, "auto"] if args.algorithms == "all" \
         else args.algorithms.split(",")
     unknown = [a for a in names if a not in (*SPARSE_ALGORITHMS, "auto")]
     if unknown:

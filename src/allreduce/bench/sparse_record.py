@@ -1,5 +1,6 @@
 """The sparse benchmark's record read back: the issue's targets, each computed as met or
-missed, and the tables the README and the chapter "Sparse allreduce" show
+missed, and the tables that appendix "The reference benchmark" and the chapter "Sparse
+allreduce" show
 (``python -m allreduce.bench.sparse_record chapters/data/sparse_bench_reference.json``
 prints them as Markdown)."""
 
@@ -126,14 +127,29 @@ def markdown(rows: list[SparseRow], supports: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    rows = load((argv or sys.argv[1:])[0])
+SUPPORTS = {
+    "uniform": "Uniformly random supports, a support of its own on each rank",
+    "gradients": "The course transformer's Top-k gradients (4 shards of the recorded step)",
+    "identical": "Identical supports on every rank (the sparse ring's best case)",
+    "disjoint": "Disjoint supports (the sparse ring's worst case)",
+}
+
+
+def report(rows: list[SparseRow]) -> str:
+    """The record as Markdown: a table per kind of support, then the targets, each met or
+    missed (what appendix "The reference benchmark" shows, and ``main`` prints)."""
+    parts = []
     for supports in dict.fromkeys(row.supports for row in rows):
         n = next(row.n for row in rows if row.supports == supports)
-        print(f"\n{supports} supports, n = {n:,}:\n\n{markdown(rows, supports)}")
-    print("\nTargets:\n")
-    for what, met in targets(rows):
-        print(f"* {what}: {'met' if met else '**missed**'}")
+        parts.append(f"{SUPPORTS.get(supports, supports)}, n = {n:,}:\n\n"
+                     f"{markdown(rows, supports)}")
+    parts.append("The targets, each computed from the record:\n\n" + "\n".join(
+        f"* {what}: {'met' if met else '**missed**'}" for what, met in targets(rows)))
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(report(load((argv or sys.argv[1:])[0])))
     return 0
 
 

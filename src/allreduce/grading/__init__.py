@@ -1,5 +1,6 @@
 """Grading an instructor can trust: student copies, and each exercise of each submission run
-in a sandbox and judged outside it (chapter "The allreduce library", README "Grading").
+in a sandbox and judged outside it (chapter "The allreduce library"; the instructor's guide,
+studyguide/instructor.md).
 
 ``allreduce-student`` (``make student``) writes student copies: solution regions become
 stubs that raise ``NotImplementedError``, outputs stay, and each exercise's points are shown.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .judge import STOP
-from .notebooks import Spec, nbformat, role, setup_code, solution_sources, specs
+from .notebooks import Spec, nbformat, role, setup_code, solution_sources, specs, wrong_lab
 from .run import Code, Result, broke, run_exercise
 from .sandbox import DEFAULT_LIMITS, Limits
 
@@ -52,8 +52,10 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     if len(theirs) != places:
         raise LookupError(f"the submission has {len(theirs)} solution cells for exercise "
                           f"{spec.exercise!r}, the lab has {places} (were cells deleted?)")
+    cells = tuple(number for number, cell in enumerate(submission.cells, 1)
+                  if role(cell) == wanted)
     setup, stubs = setup_code(lab, spec.exercise, spec.engines)
-    return Code(setup, tuple(stubs), tuple(theirs))
+    return Code(setup, tuple(stubs), tuple(theirs), cells)
 
 
 def read_notebook(path: Path):
@@ -85,6 +87,9 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
     checks = specs(key)
     points = {s.exercise: s.points for s in checks}
     students = {path: read_notebook(path) for path in submissions}  # read once, now
+    for path, student in students.items():
+        if not isinstance(student, Result) and (why := wrong_lab(key, student, lab)):
+            students[path] = Result(0.0, why)
     graded = [Submission(path.stem, points=points,
                          notebook=None if isinstance(students[path], Result) else students[path])
               for path in submissions]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import report, similarity
 from .batch import grade
-from .notebooks import nbformat, specs, write_student_copies
+from .notebooks import exercises, nbformat, specs, write_student_copies
 from .sandbox import Limits, probe
 
 NO_SANDBOX = """\
@@ -42,9 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="a folder of student notebooks (*.ipynb)")
     parser.add_argument("--self", dest="own", type=Path, metavar="NOTEBOOK",
                         help="check your own notebook before handing it in (no key needed)")
-    parser.add_argument("--out", type=Path, default=Path("scores.csv"),
-                        help="the scores CSV; the feedback files go into OUT's name + "
-                             "'-feedback/' beside it (default scores.csv)")
+    parser.add_argument("--out", type=Path, default=Path("grades") / "scores.csv",
+                        help="the scores CSV, its folder made if missing; the feedback files "
+                             "go into OUT's name + '-feedback/' beside it (default "
+                             "grades/scores.csv)")
     parser.add_argument("--format", choices=("csv", "canvas"), default="csv",
                         help="csv: one row per student, a column per exercise (default); "
                              "canvas: Canvas's gradebook import layout, one column of points")
@@ -55,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", "-j", type=int, default=1,
                         help="exercises graded at a time (default 1); each runs 4 processes")
     parser.add_argument("--no-sandbox", action="store_true",
-                        help="run submissions without the sandbox (see the README: they can "
+                        help="run submissions without the sandbox (see studyguide/instructor.md: they can "
                              "then read and change your files)")
     parser.add_argument("--similar", type=float, default=0.9, metavar="RATIO",
                         help="flag pairs of solutions at least this alike (default 0.9)")
@@ -86,14 +87,58 @@ def grade_main(argv: list[str] | None = None) -> int:
         parser.error(f"no such folder: {args.submissions}")
     submissions = sorted(p for p in args.submissions.glob("*.ipynb")
                          if p.resolve() != args.lab.resolve())
+    for line in not_graded(args.submissions, args.lab):
+        print(line)
     if not submissions:
         parser.error(f"no notebooks (*.ipynb) in {args.submissions}")
     if args.gradescope and len(submissions) != 1:
         parser.error("--gradescope writes one results.json: give a folder with one notebook")
+    if (problem := writable(args.out)) is not None:
+        parser.error(f"cannot write the scores to {args.out}: {problem}")
     graded = grade(args.lab, submissions, timeout=args.timeout, jobs=args.jobs,
                    sandboxed=not args.no_sandbox, limits=_limits(args.timeout))
     key = nbformat().read(args.lab, as_version=4)
     names = [s.exercise for s in specs(key)]
+    try:
+        written = _reports(args, graded, key, names)
+    except OSError as error:  # the grading is done: keep its scores wherever they can go
+        print(report.summary(graded, names))
+        saved = report.save_elsewhere(graded, names)
+        print(f"allreduce-grade: writing the reports failed ({error}); the scores are saved "
+              f"in {saved}", file=sys.stderr)
+        return 1
+    folder, similar, found, compared = written
+    print(report.summary(graded, names))
+    print(f"scores written to {args.out}; feedback for each student in {folder}/")
+    print(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
+          f"listed in {similar} for a person to look at (they change no score; compared in "
+          f"{compared:.1f} s)")
+    if unlimited:
+        print(unlimited)
+    return 0
+
+
+def writable(out: Path) -> str | None:
+    """Why the scores cannot be written to ``out`` (its folder is made when missing), or
+    ``None``: checked before grading, so that no finished grading is lost to a bad path."""
+    import tempfile
+
+    if out.is_dir():
+        return "it is a folder; give a file name, e.g. grades/scores.csv"
+    for folder in (out.parent, *out.parent.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"{folder} is a file, not a folder"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out.parent):
+            pass
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def _reports(args, graded, key, names):
+    """The scores (CSV or Canvas), the feedback folder and the similarity list."""
     if args.format == "canvas":
         report.write_canvas(graded, f"{args.lab.stem} ({args.lab.stem})", args.out)
     else:
@@ -107,14 +152,23 @@ def grade_main(argv: list[str] | None = None) -> int:
     compared = time.monotonic() - started
     similar = args.out.with_name(args.out.stem + "-similarity.csv")
     similarity.write(found, similar)
-    print(report.summary(graded, names))
-    print(f"scores written to {args.out}; feedback for each student in {folder}/")
-    print(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
-          f"listed in {similar} for a person to look at (they change no score; compared in "
-          f"{compared:.1f} s)")
-    if unlimited:
-        print(unlimited)
-    return 0
+    return folder, similar, found, compared
+
+
+def not_graded(folder: Path, lab: Path) -> list[str]:
+    """A line for every entry of the submissions folder that is not graded, and why."""
+    lines = []
+    for path in sorted(folder.iterdir()):
+        if path.is_dir():
+            why = "a folder (only the notebooks directly in the submissions folder are graded)"
+        elif path.suffix != ".ipynb":
+            why = "not a notebook (only *.ipynb files are graded)"
+        elif path.resolve() == lab.resolve():
+            why = "it is the lab itself (the key)"
+        else:
+            continue
+        lines.append(f"not graded: {path.name}: {why}")
+    return lines
 
 
 def _no_cgroup() -> str | None:
@@ -139,6 +193,13 @@ def _self(args, parser) -> int:
     if not args.own.is_file():
         parser.error(f"no such notebook: {args.own}")
     own = nbformat().read(args.own, as_version=4)
+    if not exercises(own):
+        number = args.own.name.split("_", 1)[0]
+        print(f"allreduce-grade: {args.own} has no exercises"
+              + (f" of lab {number}" if number.isdigit() else " of any lab")
+              + ": is it the right file?  --self checks a lab's student copy with your "
+              "solutions in it, e.g. student/50_ring_allreduce.ipynb.", file=sys.stderr)
+        return 2
     (graded,) = grade(args.own, [args.own], timeout=args.timeout, jobs=args.jobs,
                       sandboxed=not args.no_sandbox, limits=_limits(args.timeout), key=own,
                       progress=lambda *a, **k: None)
@@ -151,14 +212,33 @@ def _self(args, parser) -> int:
 
 
 def student_main(argv: list[str] | None = None) -> int:
-    """``allreduce-student LAB... --out FOLDER``: write student copies."""
+    """``allreduce-student LAB... --out FOLDER [--force]``: write the student copies that are
+    missing; with ``--force``, replace the others after moving them aside."""
     parser = argparse.ArgumentParser(
         prog="allreduce-student",
         description="Write student copies of labs: solution regions become stubs, and each "
-                    "exercise shows its points.")
+                    "exercise shows its points.  A copy that is already there is the "
+                    "student's work: it is kept, unless --force is given.")
     parser.add_argument("labs", type=Path, nargs="+", help="instructor lab notebooks")
-    parser.add_argument("--out", type=Path, default=Path("student"), help="folder to write")
+    parser.add_argument("--out", type=Path, default=Path("student"),
+                        help="folder to write (default student)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the copies already there with fresh ones, after moving "
+                             "each to OUT/.old/TIMESTAMP/ (default: keep them)")
     args = parser.parse_args(argv)
-    for path in write_student_copies(args.labs, args.out):
-        print(f"wrote {path}")
+    for lab in args.labs:
+        if not lab.is_file():
+            parser.error(f"no such lab: {lab}")
+    done = write_student_copies(args.labs, args.out, force=args.force)
+    for item in done:
+        if item.action == "wrote":
+            print(f"wrote {item.path}")
+        elif item.action == "replaced":
+            print(f"replaced {item.path} (your copy was moved to {item.moved})")
+    kept = [item.path for item in done if item.action == "kept"]
+    if kept:
+        print(f"kept {len(kept)} cop{'y' if len(kept) == 1 else 'ies'} already in {args.out}/ "
+              f"(your work): {', '.join(p.name for p in kept)}")
+        print("  to start one afresh, delete it and run this again; to replace them all, "
+              f"make student FORCE=1 (or --force), which first moves them to {args.out}/.old/")
     return 0

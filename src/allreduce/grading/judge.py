@@ -22,6 +22,7 @@ __all__ = ["STOP", "Failure", "Judge", "Outcome", "clean"]
 STOP = threading.Event()  # set on Ctrl-C: every judge gives up within a second
 TICK = 0.2  # seconds between looks at STOP while no rank speaks
 MAX_UNREAD = 64 << 20  # bytes of replies a rank has not read, before it fails
+ERROR_GRACE = 2.0  # seconds the other ranks get to fail too, once one rank has failed
 
 
 class Judge:
@@ -121,35 +122,56 @@ class Judge:
                 raise Failure(f"rank {rank} broke the grader's protocol: {error}") from None
 
     def setup(self, header: dict, timeout: float) -> str | None:
-        """Send every rank the code to load; return the first warning, raise on an error."""
+        """Send every rank the code to load; return the first warning.  An error is raised
+        once every rank has answered, as the lowest failing rank's (the same every run)."""
         for rank in range(self.size):
             self.send(rank, header)
-        ready, warning = set(), None
+        answered, errors, warning = set(), {}, None
         deadline = time.monotonic() + timeout
-        for rank, reply, _ in self.frames(deadline, f"loading your code took longer than "
-                                                    f"{timeout:.0f} s"):
-            if reply.get("op") == "error":
-                raise Failure(clean(reply.get("message")))
-            warning = warning or (clean(reply["warning"]) if reply.get("warning") else None)
-            ready.add(rank)
-            if len(ready) == self.size:
-                return warning
+        try:
+            for rank, reply, _ in self.frames(deadline, f"loading your code took longer than "
+                                                        f"{timeout:.0f} s"):
+                if reply.get("op") == "error":
+                    errors[rank] = clean(reply.get("message"))
+                elif reply.get("warning"):
+                    warning = warning or clean(reply["warning"])
+                answered.add(rank)
+                if len(answered) == self.size:
+                    break
+        except Failure:
+            if errors:
+                raise Failure(errors[min(errors)]) from None
+            raise
+        if errors:
+            raise Failure(errors[min(errors)])
+        return warning
 
     def case(self, headers: list[tuple[dict, list]], timeout: float, what: str,
              expected: dict | None = None) -> Outcome:
         """Send each rank its case and serve it until every rank has answered; with
         ``expected`` (see :class:`~allreduce.grading.matching.Case`), check every message's
-        content."""
+        content.  Once a rank has failed, the others get :data:`ERROR_GRACE` seconds to fail
+        or stop too, and the lowest failing rank is the one reported (the same rank every
+        run)."""
         state = Case(self, expected)
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout
         late = (f"{what} did not finish within {timeout:.0f} s: an endless loop, or a rank "
                 "computing for too long?")
-        for rank, header, blobs in self.frames(deadline, late):
-            state.handle(rank, header, blobs)
-            if state.finished():
-                return state.outcome()
+        try:
+            while True:
+                for rank, header, blobs in self.frames(deadline, late):
+                    state.handle(rank, header, blobs)
+                    if state.finished():
+                        return state.outcome()
+                    if state.errors and deadline - time.monotonic() > ERROR_GRACE:
+                        deadline = time.monotonic() + ERROR_GRACE
+                        break  # read on, with the shorter deadline
+        except Failure:
+            if state.errors:
+                raise Failure(state.errors[min(state.errors)]) from None
+            raise
 
     def bye(self) -> None:
         for rank in range(self.size):

@@ -76,6 +76,7 @@ class Case:
         self.collectives = [0] * size
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
         self.requests = [0] * size  # frames each rank sent in this case
+        self.errors: dict[int, str] = {}  # rank: why it failed (the lowest one is reported)
 
     # -- one frame
     def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
@@ -88,7 +89,11 @@ class Case:
             raise Failure(f"rank {rank} spoke out of turn ({clean(op, 40)})")
         if op == "error":
             where = f" ({clean(header['where'], 120)})" if header.get("where") else ""
-            raise Failure(clean(header.get("message")) + where)
+            self.errors[rank] = clean(header.get("message")) + where
+            self.state[rank] = ("error",)
+            if None not in self.state:  # every rank has failed, returned or is waiting
+                raise Failure(self.errors[min(self.errors)])
+            return
         if op in ("isend", "irecv"):
             self._post(rank, op, header, blobs)
         elif op == "wait":
@@ -185,7 +190,7 @@ class Case:
                 self._collective(kinds.pop())
                 moved = True
         if None not in self.state and not self.finished():
-            raise Failure(self._deadlock())
+            raise Failure(self.errors[min(self.errors)] if self.errors else self._deadlock())
 
     def _try_wait(self, rank: int, ids) -> bool:
         if not isinstance(ids, list) or not all(

@@ -38,6 +38,33 @@ def role(cell) -> tuple[str, str] | None:
     return (mark["exercise"], mark.get("role"))
 
 
+def lab_label(path: Path) -> str:
+    """"lab 50 (50_ring_allreduce.ipynb)", from a lab's file name."""
+    number = path.name.split("_", 1)[0]
+    return f"lab {number} ({path.name})" if number.isdigit() else f"lab {path.name}"
+
+
+def wrong_lab(key, nb, lab: Path) -> str | None:
+    """Why notebook ``nb`` is not a submission of ``lab`` (whose key is ``key``), or ``None``
+    when it has solution cells of at least one of the lab's exercises.  Names the lab beside
+    ``lab`` whose exercises it has, when there is one."""
+    theirs = {mark[0] for cell in nb.cells if (mark := role(cell)) and mark[1] == "solution"}
+    if theirs & set(exercises(key)):
+        return None
+    for other in sorted(lab.parent.glob("*.ipynb")) if theirs else []:
+        if other.resolve() == lab.resolve():
+            continue
+        try:
+            names = set(exercises(nbformat().read(other, as_version=4)))
+        except Exception:  # noqa: BLE001, S112 - not a lab: it names nothing
+            continue
+        if theirs & names:
+            return (f"this looks like {lab_label(other)}, not {lab_label(lab)}: it has that "
+                    f"lab's exercises ({', '.join(sorted(theirs & names))}) and none of this "
+                    "one's. Is it the right file?")
+    return f"this notebook has no exercises of {lab_label(lab)}: is it the right file?"
+
+
 def exercises(nb) -> list[str]:
     """The lab's exercises, in the order their check cells appear."""
     names: list[str] = []
@@ -217,15 +244,44 @@ def student_copy(nb):
     return student
 
 
-def write_student_copies(labs: list[Path], folder: Path) -> list[Path]:
-    """Write the student copy of each lab into ``folder``; return the paths written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for lab in labs:
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_student_copies` did with one lab: ``"wrote"`` a new copy, ``"kept"``
+    the copy already there (the student's work), or ``"replaced"`` it after moving it to
+    ``moved``."""
+
+    path: Path
+    action: str
+    moved: Path | None = None
+
+
+def write_student_copies(labs: list[Path], folder: Path, *, force: bool = False,
+                         stamp: str | None = None) -> list[Written]:
+    """Write the student copy of each lab into ``folder``, only where none is there yet: a
+    copy already in ``folder`` is the student's work and is kept.  With ``force``, it is
+    moved to ``folder/.old/STAMP/`` (a timestamp) first and a fresh copy written."""
+    import time
+
+    copies = []
+    for lab in labs:  # every lab is read and checked before anything is written or moved
         nb = nbformat().read(lab, as_version=4)
         if not exercises(nb):
             raise ValueError(f"{lab} has no exercises (no check cells)")
-        target = folder / lab.name
-        nbformat().write(student_copy(nb), target)
-        written.append(target)
-    return written
+        copies.append((folder / lab.name, student_copy(nb)))
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = stamp or time.strftime("%Y-%m-%dT%H-%M-%S")
+    done = []
+    for target, nb in copies:
+        moved = None
+        if target.exists():
+            if not force:
+                done.append(Written(target, "kept"))
+                continue
+            moved = folder / ".old" / stamp / target.name
+            moved.parent.mkdir(parents=True, exist_ok=True)
+            if moved.exists():
+                raise FileExistsError(f"{moved} exists already: nothing was moved")
+            target.rename(moved)
+        nbformat().write(nb, target)
+        done.append(Written(target, "replaced" if moved else "wrote", moved))
+    return done

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import socket
 import sys
 import traceback
@@ -71,8 +72,8 @@ class Rank:
         namespace, warning = self._load(setup)
         function = namespace.get(setup["function"])
         if not callable(function):
-            self.send({"op": "error", "message": (warning or "") + f"your solution cell "
-                       f"defines no function {setup['function']}"})
+            self.send({"op": "error", "message": (warning or "") + "your solution "
+                       f"({_cells(setup)}) defines no function {setup['function']}"})
             return
         self.send({"op": "ready", "warning": warning})
         while True:
@@ -104,15 +105,16 @@ class Rank:
                     namespace[name] = NotHere(name, str(error))
         self._patch()
         warning = None
-        for index, source in enumerate(setup["solution"]):
+        numbers = list(setup.get("cells") or []) + list(range(1, len(setup["solution"]) + 1))
+        for number, source in zip(numbers, setup["solution"]):
             try:
                 # the student's code, in this sandboxed rank: what it is here to run
-                exec(compile(source, f"<your solution cell {index + 1}>", "exec"), namespace)  # noqa: S102
+                exec(compile(source, f"<cell {number}>", "exec"), namespace)  # noqa: S102
             except SyntaxError as error:
-                warning = (f"your solution cell does not parse: {error.msg} (line {error.lineno}"
-                           f": {(error.text or '').strip()[:120]}). ")
+                warning = (f"your solution does not parse: {error.msg} (cell {number}, line "
+                           f"{error.lineno}: {(error.text or '').strip()[:120]}). ")
             except BaseException as error:  # noqa: BLE001 - the function may still be defined
-                warning = (f"running your solution cell raised {type(error).__name__}: "
+                warning = (f"running your solution raised {type(error).__name__}: "
                            f"{str(error)[:300]} ({self._where(error)}); ")
         self._patch()
         return namespace, warning
@@ -174,11 +176,19 @@ class Rank:
     @staticmethod
     def _where(error: BaseException) -> str:
         frames = [f for f in traceback.extract_tb(error.__traceback__)
-                  if f.filename.startswith("<your solution cell")]
+                  if re.fullmatch(r"<cell \d+>", f.filename)]
         if not frames:
             return ""
         frame = frames[-1]
-        return f"{frame.filename[1:-1]}, line {frame.lineno}"
+        return f"{frame.filename[1:-1]} of your notebook, line {frame.lineno}"
+
+
+def _cells(setup: dict) -> str:
+    """"cell 13" or "cells 13, 15": where the solution is in the student's notebook."""
+    numbers = setup.get("cells") or []
+    if not numbers:
+        return "its solution cells"
+    return f"cell{'s' * (len(numbers) > 1)} {', '.join(map(str, numbers))} of your notebook"
 
 
 def _one_name_each(statements):

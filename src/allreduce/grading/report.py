@@ -54,6 +54,21 @@ def write_scores(graded: list[Submission], names: list[str], path: Path) -> None
                              _safe(messages)])
 
 
+def save_elsewhere(graded: list[Submission], names: list[str]) -> Path:
+    """The scores CSV in a new folder of the system's temporary directory (or the current
+    one), for when the place asked for could not be written after grading."""
+    import tempfile
+
+    for where in (None, "."):
+        try:
+            path = Path(tempfile.mkdtemp(prefix="allreduce-grades-", dir=where)) / "scores.csv"
+            write_scores(graded, names, path)
+            return path
+        except OSError:
+            continue
+    raise OSError("no folder could take the scores")
+
+
 def write_canvas(graded: list[Submission], column: str, path: Path) -> None:
     """Canvas's gradebook import: ``Student,ID,SIS User ID,SIS Login ID,Section`` and one
     assignment column, with the points possible in the second row.  The submission's file
@@ -81,14 +96,16 @@ def summary(graded: list[Submission], names: list[str]) -> str:
     return "\n".join(rows)
 
 
-def _cell(submission: Submission, exercise: str) -> tuple[int | None, str]:
-    """The number (as Jupyter shows cells, from 1) and source of the submission's first
-    solution cell of ``exercise``."""
+def _cell(submission: Submission, exercise: str, number: int | None = None
+          ) -> tuple[int | None, str]:
+    """The position in the notebook (counting from 1, as every message numbers cells) and
+    the source of cell ``number``, or of the submission's first solution cell of
+    ``exercise``."""
     nb = submission.notebook
     if nb is None:
         return None, ""
     for index, cell in enumerate(nb.cells, 1):
-        if role(cell) == (exercise, "solution"):
+        if index == number if number else role(cell) == (exercise, "solution"):
             return index, cell.source
     return None, ""
 
@@ -111,12 +128,13 @@ def feedback(submission: Submission, lab: str) -> str:
         if result.warning:
             lines += ["", f"Note: {_markdown(result.warning)}"]
         if result.score < 1:
-            number, source = _cell(submission, exercise)
+            where = re.search(r"cell (\d+)(?: of your notebook)?, line (\d+)",
+                              result.message + result.warning)
+            number, source = _cell(submission, exercise, int(where.group(1)) if where else None)
             if number is not None:
-                where = re.search(r"line (\d+)", result.message + result.warning)
-                lines += ["", (f"Your solution cell (cell {number} of your notebook"
-                               + (f"; the error is on line {where.group(1)}" if where else "")
-                               + "):"), "", *_fenced(source)]
+                lines += ["", (f"Your cell {number}"
+                               + (f" (the error is on line {where.group(2)})" if where else "")
+                               + ":"), "", *_fenced(source)]
     return "\n".join(lines) + "\n"
 
 

@@ -53,6 +53,7 @@ class Code:
     setup: str
     stubs: tuple[str, ...]
     solution: tuple[str, ...]
+    cells: tuple[int, ...] = ()  # each solution cell's position in the notebook, from 1
 
 
 def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool = True,
@@ -80,7 +81,8 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
         warning = judge.setup({"op": "setup", "function": spec.function, "kind": spec.kind,
                                "phase": spec.phase, "pattern": spec.pattern,
                                "check": spec.check, "setup": code.setup,
-                               "stubs": list(code.stubs), "solution": list(code.solution)},
+                               "stubs": list(code.stubs), "solution": list(code.solution),
+                               "cells": list(code.cells)},
                               timeout) or ""
         line = _VERDICTS[spec.kind](judge, spec, timeout)
         judge.bye()

@@ -5,7 +5,7 @@ On a cluster an instructor points the same call at the cluster's MPI and at an i
 profile (:func:`settings`): keyword arguments first, then the environment variables
 ``ALLREDUCE_MPIEXEC`` (a command, e.g. ``srun --mpi=pmi2``) and ``ALLREDUCE_IPP_PROFILE`` (a
 profile's name or folder, e.g. ``etc/cluster/profile_allreduce``), and the rank count from
-``SLURM_NTASKS`` when none is given (README "On a cluster")."""
+``SLURM_NTASKS`` when none is given (chapter "The allreduce library", "On a cluster")."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ _running: list = []  # the cluster that start() made, for stop()
 _live: list = []  # every cluster not yet stopped, for _stop_all at exit
 
 
-#: The environment variables :func:`settings` reads (README "On a cluster").
+#: The environment variables :func:`settings` reads (chapter "The allreduce library",
+#: "On a cluster").
 MPIEXEC_VARIABLE, PROFILE_VARIABLE, TASKS_VARIABLE = (
     "ALLREDUCE_MPIEXEC", "ALLREDUCE_IPP_PROFILE", "SLURM_NTASKS")
 DEFAULT_RANKS = 4

@@ -1,0 +1,226 @@
+"""What the grader tells a student or an instructor, and where it writes: it checks --out
+before grading and never loses finished scores; it names the lab a notebook belongs to, one
+cell numbering (the cell's position in the notebook, from 1), the lowest failing rank, and
+every file of the submissions folder it does not grade.  Runs here are not sandboxed (no
+bwrap needed): what is tested is what the grader says, not what the sandbox holds."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from allreduce import grading
+from allreduce.grading import cli, report
+from allreduce.grading.batch import Submission
+from allreduce.grading.run import Result
+
+RING = "labs/50_ring_allreduce.ipynb"
+TREE = "labs/40_tree_allreduce.ipynb"
+
+
+@pytest.fixture
+def key(root):
+    return nbformat.read(root / RING, as_version=4)
+
+
+@pytest.fixture
+def no_sandbox_probe(monkeypatch):
+    monkeypatch.setattr(cli, "probe", lambda: None)  # as if bwrap could start here
+
+
+def _folder(tmp_path: Path, key) -> Path:
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    nbformat.write(grading.student_copy(key), folder / "alice.ipynb")
+    return folder
+
+
+def _fake_grade(calls: list, out: Path | None = None):
+    """Stands for the sandboxed grading: records that it ran (and whether --out's folder was
+    there by then) and returns a score per submission."""
+    def grade(lab, submissions, **_):
+        calls.append(out is None or out.parent.is_dir())
+        names = grading.exercises(nbformat.read(lab, as_version=4))
+        return [Submission(p.stem, {e: Result(1.0, "ok") for e in names},
+                           {e: 2.0 for e in names}) for p in submissions]
+    return grade
+
+
+# -- --out: checked first, never lost ---------------------------------------------------------
+
+def test_the_folder_of_out_is_made_before_grading(root, tmp_path, key, monkeypatch,
+                                                  no_sandbox_probe, capsys):
+    out = tmp_path / "new" / "deeper" / "scores.csv"
+    calls: list = []
+    monkeypatch.setattr(cli, "grade", _fake_grade(calls, out))
+    assert cli.grade_main([str(root / RING), str(_folder(tmp_path, key)), "--out", str(out)]) == 0
+    assert calls == [True]  # the folder was there when grading began
+    assert out.read_text().splitlines()[1].startswith("alice,2,2,4,4,100")
+    assert (out.parent / "scores-feedback" / "alice.md").exists()
+    assert (out.parent / "scores-similarity.csv").exists()
+
+
+@pytest.mark.parametrize("where", ["a_file", "a_folder"])
+def test_an_out_that_cannot_be_written_is_refused_before_grading(root, tmp_path, key,
+                                                                 monkeypatch, no_sandbox_probe,
+                                                                 capsys, where):
+    blocker = tmp_path / "taken"
+    if where == "a_file":
+        blocker.write_text("a file where the folder should be")
+        out, said = blocker / "term1" / "scores.csv", f"{blocker} is a file, not a folder"
+    else:
+        blocker.mkdir()
+        out, said = blocker, "it is a folder; give a file name"
+    calls: list = []
+    monkeypatch.setattr(cli, "grade", _fake_grade(calls))
+    with pytest.raises(SystemExit) as exited:
+        cli.grade_main([str(root / RING), str(_folder(tmp_path, key)), "--out", str(out)])
+    assert exited.value.code == 2 and calls == []  # refused at once: nothing was graded
+    assert said in capsys.readouterr().err
+
+
+def test_scores_survive_a_report_that_fails_after_grading(root, tmp_path, key, monkeypatch,
+                                                          no_sandbox_probe, capsys):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+    def full(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "grade", _fake_grade([]))
+    monkeypatch.setattr(report, "write_feedback", full)
+    out = tmp_path / "grades" / "scores.csv"
+    assert cli.grade_main([str(root / RING), str(_folder(tmp_path, key)), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    saved = Path(re.search(r"the scores are saved in (\S+)", err).group(1))
+    assert "No space left on device" in err
+    assert saved.parent.parent == tmp_path / "tmp"
+    assert saved.read_text().splitlines()[1].startswith("alice,2,2,4,4,100")
+
+
+def test_grades_go_to_a_folder_git_ignores(root, tmp_path):
+    assert cli._parser().get_default("out") == Path("grades") / "scores.csv"
+    paths = ["grades/scores.csv", "grades/scores-feedback/alice.md"]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=root, capture_output=True,
+                             text=True, check=False)
+    assert ignored.stdout.split() == paths, "grades/ is not in .gitignore"
+    venv = Path(sys.prefix)
+    made = subprocess.run(["make", "-n", "--no-print-directory", "-o", f"{venv}/.installed",
+                           f"VENV={venv}", "grade", f"LAB={RING}", "SUBMISSIONS=s/"],
+                          cwd=root, capture_output=True, text=True, check=True).stdout
+    assert '--out "grades/scores.csv"' in made
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+def test_self_on_a_notebook_without_exercises_asks_if_it_is_the_right_file(
+        tmp_path, no_sandbox_probe, monkeypatch, capsys):
+    mine = tmp_path / "50_ring_allreduce.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), mine)
+    monkeypatch.setattr(cli, "grade", lambda *a, **k: pytest.fail("graded a notebook "
+                                                                   "with no exercises"))
+    assert cli.grade_main(["--self", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert "has no exercises of lab 50: is it the right file?" in err
+    assert "0 of 0" not in err
+
+
+def test_a_submission_of_another_lab_is_named_as_such(root, tmp_path, key):
+    tree = grading.student_copy(nbformat.read(root / TREE, as_version=4))
+    nbformat.write(tree, tmp_path / "tree.ipynb")
+    plain = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("my notes")])
+    nbformat.write(plain, tmp_path / "notes.ipynb")
+    other, notes = grading.grade(root / RING, [tmp_path / "tree.ipynb", tmp_path / "notes.ipynb"],
+                                 sandboxed=False, progress=lambda *a, **k: None)
+    for result in other.results.values():
+        assert result.score == 0 and result.message.startswith(
+            "this looks like lab 40 (40_tree_allreduce.ipynb), not lab 50 "
+            "(50_ring_allreduce.ipynb)"), result.message
+        assert "were cells deleted" not in result.message
+    for result in notes.results.values():
+        assert result.message == ("this notebook has no exercises of lab 50 "
+                                  "(50_ring_allreduce.ipynb): is it the right file?")
+
+
+def _solution_cell(nb, exercise: str) -> int:
+    return next(i for i, c in enumerate(nb.cells, 1) if grading.role(c) == (exercise, "solution"))
+
+
+def test_a_stub_is_named_by_its_cell_in_the_notebook_and_by_rank_0(root, tmp_path, key):
+    copy = grading.student_copy(key)
+    nbformat.write(copy, tmp_path / "alice.ipynb")
+    number = _solution_cell(copy, "reduce_scatter")
+    stub = next(i for i, line in enumerate(copy.cells[number - 1].source.splitlines(), 1)
+                if "NotImplementedError" in line)
+    (graded,) = grading.grade(root / RING, [tmp_path / "alice.ipynb"], sandboxed=False,
+                              progress=lambda *a, **k: None)
+    message = graded.results["reduce_scatter"].message
+    assert "raised on rank 0 for n = " in message, message
+    assert message.endswith(f"(cell {number} of your notebook, line {stub})"), message
+    text = report.feedback(graded, "50_ring_allreduce.ipynb")
+    assert f"Your cell {number} (the error is on line {stub}):" in text
+    assert "solution cell 1" not in text and "solution cell 1" not in message
+
+
+def _body(source: str, code: str) -> str:
+    """``source`` (a solution cell) with ``code`` run first in its function."""
+    head, _, rest = source.partition(":\n")
+    return head + ":\n" + "".join("    " + line + "\n" for line in code.splitlines()) + rest
+
+
+def test_the_lowest_failing_rank_is_named_every_time(root, tmp_path, key):
+    """Ranks 1 and 3 raise, 0 and 2 wait for them: rank 1 is named, run after run (the
+    first error to arrive named whichever rank's frame came first)."""
+    mine = nbformat.from_dict(key)
+    for cell in mine.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source = _body(cell.source, 'if comm.rank in (1, 3):\n'
+                                             '    raise ValueError(f"rank {comm.rank} gives up")')
+    nbformat.write(mine, tmp_path / "bob.ipynb")
+    for _ in range(3):
+        (graded,) = grading.grade(root / RING, [tmp_path / "bob.ipynb"], sandboxed=False,
+                                  progress=lambda *a, **k: None)
+        message = graded.results["reduce_scatter"].message
+        assert "raised on rank 1 for n = 1: ValueError: rank 1 gives up" in message, message
+
+
+class _Quiet:
+    def __init__(self, size):
+        self.size = size
+
+    def send(self, rank, header, blobs=()):
+        pass
+
+
+def test_the_case_reports_the_lowest_rank_whatever_order_errors_arrive():
+    from allreduce.grading.matching import Case, Failure
+
+    case = Case(_Quiet(4))
+    case.handle(3, {"op": "error", "message": "rank 3 failed"}, [])
+    case.handle(1, {"op": "error", "message": "rank 1 failed"}, [])
+    case.handle(0, {"op": "result"}, [])
+    with pytest.raises(Failure, match="rank 1 failed"):
+        case.handle(2, {"op": "error", "message": "rank 2 failed"}, [])
+
+
+def test_every_file_not_graded_gets_a_line_and_the_reason(root, tmp_path, key, monkeypatch,
+                                                          no_sandbox_probe, capsys):
+    folder = _folder(tmp_path, key)
+    (folder / "README.txt").write_text("hand-in instructions")
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / "bob.py").write_text("print('my solution')")
+    monkeypatch.setattr(cli, "grade", _fake_grade([]))
+    assert cli.grade_main([str(root / RING), str(folder), "--out",
+                           str(tmp_path / "g" / "scores.csv")]) == 0
+    said = capsys.readouterr().out
+    assert "not graded: README.txt: not a notebook (only *.ipynb files are graded)" in said
+    assert "not graded: bob.py: not a notebook" in said
+    assert "not graded: .ipynb_checkpoints: a folder" in said
+    assert "alice" in said and "not graded: alice" not in said
