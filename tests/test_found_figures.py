@@ -4,6 +4,8 @@ the book compare no picture, so what each one draws is checked here."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from allreduce import cost, viz
@@ -25,7 +27,7 @@ def test_timeline_intervals_are_the_replay(name, p):
         assert m.alpha == ALPHA and m.start >= 0
     for rank in range(p):  # one message at a time on a send port
         mine = sorted((m.start, m.end) for m in messages if m.source == rank)
-        assert all(a_end <= b_start + 1e-15 for (_, a_end), (b_start, _) in zip(mine, mine[1:]))
+        assert all(a_end <= b_start + 1e-15 for (_, a_end), (b_start, _) in pairwise(mine))
     assert max(m.end for m in messages) <= trace.critical_path(alpha=ALPHA, beta=BETA) + 1e-15
 
 
@@ -41,7 +43,7 @@ def test_the_tree_timeline_of_chapter_10():
 
 
 def test_recursive_doubling_figure_holds_blocks():
-    trace, states = viz.record_states("recursive_doubling", 8, 4)
+    _, states = viz.record_states("recursive_doubling", 8, 4)
     assert len(states) == 4
     for k in range(1, 4):
         for r in range(8):
@@ -82,12 +84,18 @@ def test_double_binary_tree_matches_nccls_drawings(nranks, drawing):
 
 @pytest.mark.parametrize("nranks", range(2, 40))
 def test_double_binary_tree_shape(nranks):
-    for tree in (0, 1):  # every rank reaches the root; children name their parent
+    for tree in (0, 1):  # children name their parent; every rank reaches the one root
+        roots = {r for r in range(nranks) if dtree(nranks, r)[tree][0] == -1}
+        assert len(roots) == 1
         for rank in range(nranks):
-            parent, children = dtree(nranks, rank)[tree]
+            children = dtree(nranks, rank)[tree][1]
             for child in children:
                 assert dtree(nranks, child)[tree][0] == rank
             assert len(children) <= 2
+            at, hops = rank, 0
+            while (parent := dtree(nranks, at)[tree][0]) != -1 and hops <= nranks:
+                at, hops = parent, hops + 1
+            assert at in roots
     both = interior(nranks, 0) & interior(nranks, 1)
     if nranks % 2 == 0:  # mirrored: interior in exactly one tree
         assert not both and interior(nranks, 0) | interior(nranks, 1) == set(range(nranks))

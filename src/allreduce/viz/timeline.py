@@ -60,8 +60,8 @@ def timeline_figure(trace: Trace, alpha: float, beta: float, title: str = ""):
         ax.barh(y, (m.end - m.start - m.alpha) * us, left=(m.start + m.alpha) * us,
                 height=0.5, color=rank_colour(m.source), edgecolor="black", lw=0.6)
         ax.annotate("", xy=(m.end * us, m.dest), xytext=(m.end * us, y),
-                    arrowprops=dict(arrowstyle="-|>", color="black", lw=1.0,
-                                    shrinkA=6, shrinkB=6))
+                    arrowprops={"arrowstyle": "-|>", "color": "black", "lw": 1.0,
+                                "shrinkA": 6, "shrinkB": 6})
     ax.axvline(total * us, color="black", ls="--", lw=1)
     ax.set_yticks(range(trace.size), [f"rank {r}" for r in range(trace.size)])
     ax.invert_yaxis()
