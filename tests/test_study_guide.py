@@ -133,6 +133,25 @@ def test_quizzes_are_well_formed():
         assert not quiz.choices or len(set(quiz.choices)) == len(quiz.choices) >= 2, quiz.id
 
 
+def test_every_chapter_has_at_least_two_quizzes():
+    """Issue 22: a quiz for every chapter of the parts that teach, at least two each, and
+    each quiz on the review page of its chapter's part."""
+    counts: dict[str, int] = {}
+    for quiz in quizzes():
+        counts[quiz.chapter] = counts.get(quiz.chapter, 0) + 1
+    seen = 0
+    for caption, chapters in review.chapters(ROOT).items():
+        if caption not in STUDIED:
+            continue
+        for chapter, _ in chapters:
+            label = re.match(r"\s*(?:---.*?---\s*)?\(([\w-]+)\)=", review.source_text(chapter.path),
+                             re.DOTALL).group(1)
+            assert counts.get(label, 0) >= 2, f"{label} has {counts.get(label, 0)} quizzes"
+            assert all(q.part == caption for q in quizzes() if q.chapter == label), label
+            seen += 1
+    assert seen >= 10
+
+
 def test_exercises_are_found_in_any_fence():
     text = """
 ```{exercise} Steps
