@@ -269,12 +269,14 @@ def quizzes() -> list[Quiz]:
                     f"two, about $2\\frac{{7}}{{8}}n\\beta + \\frac{{7}}{{8}}n\\gamma$): "
                     f"$E = T(1)/T(8)$ ≈ {format_number(100 * weak8)}%."))
     strong64 = scaling.strong_efficiency(64, global_batch=1024, **example)
+    weak64 = scaling.weak_efficiency(64, batch=32, **example)
     found.append(Quiz(
         "strong-efficiency", "Practice", "capstone",
         "The same model and network, but strong scaling: a global batch of 1,024 shared by "
         "64 GPUs (16 each). What is the efficiency $T(1)/(p\\,T(p))$, in percent?",
         100 * strong64, unit="%", tolerance=0.01,
         explanation=f"Each GPU computes 16 samples (0.125 s) but pays the whole allreduce: "
-                    f"{format_number(100 * strong64)}%, far below weak scaling's, because the "
-                    "allreduce does not shrink with the batch."))
+                    f"{format_number(100 * strong64)}%, below weak scaling's "
+                    f"{format_number(100 * weak64)}% on 64 GPUs, because the allreduce does not "
+                    "shrink with the batch."))
     return found
