@@ -22,6 +22,7 @@ from ..algorithms.auto import CANDIDATES, fastest
 from ..ddp_buckets import BUCKET_BYTES, FIRST_BUCKET_BYTES, ddp_buckets
 from ..sparse.allgather import terms as allgather_terms
 from ..sparse.sparse_ring import terms as sparse_ring_terms
+from ..sparse.vector import HEADER_BYTES
 
 __all__ = ["Quiz", "format_number", "quizzes"]
 
@@ -250,7 +251,7 @@ def quizzes() -> list[Quiz]:
         "sparse-ring-disjoint", "Practice", "sparse",
         "On 8 ranks, each with 8,000 float32 pairs (8 bytes each) spread evenly over the chunks, "
         "on disjoint supports: how many kB does `sparse_ring` send through each rank, its "
-        "32-byte message headers included?",
+        f"{HEADER_BYTES}-byte message headers included?",
         disjoint.bytes / 1e3, unit="kB", tolerance=0.01,
         explanation=f"The reduce-scatter carries growing unions, $\\frac{{p-1}}{{2}}kc$, and "
                     f"the all-gather $(p-1)kc$: $1.5(p-1)kc + 2(p-1)h$ = "
