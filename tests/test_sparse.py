@@ -476,3 +476,22 @@ def test_the_packed_mask_carries_nothing_at_255_ranks():
     assert list(counts[:n]) == [255, 0, 0, 191, 127, 0, 0, 0, 0, 63] and not counts[n:].any()
     wide = dense_module._mark(np.array([2, 5]), n, 256)
     assert wide.dtype == np.int32 and len(wide) == n and list(np.flatnonzero(wide)) == [2, 5]
+
+
+def test_ring_link_load_counts_what_a_ring_of_links_carries():
+    """The data behind chapter 75's contention figure: the sparse ring's busiest link carries
+    exactly what the contention-free model charges; the direct algorithm's scatter step ``s``
+    on ``p`` ranks loads a link with ``min(s, p - s)`` messages of equal size (supports
+    spread evenly, identical on every rank, so every scatter message is the same size)."""
+    from allreduce.viz.messages import record_sparse, ring_link_load
+
+    p, per_chunk, width = 8, 5, 1000
+    indices = np.concatenate([c * width + np.arange(per_chunk) for c in range(p)])
+    vectors = [(indices, np.ones(len(indices), np.float32)) for _ in range(p)]
+    ring = ring_link_load(record_sparse("sparse_ring", vectors, p * width))
+    assert len(ring) == 2 * (p - 1) and all(c == b for c, b in ring)
+    direct = ring_link_load(record_sparse("sparse_direct", vectors, p * width))
+    assert len(direct) == 2 * (p - 1)
+    for s, (charged, busiest) in enumerate(direct[:p - 1], start=1):
+        assert busiest == min(s, p - s) * charged, (s, charged, busiest)
+    assert all(c == b for c, b in direct[p - 1:])  # the all-gather goes to neighbours

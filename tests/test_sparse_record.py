@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from allreduce.bench.sparse import GLOO
-from allreduce.bench.sparse_record import load, markdown, report, targets
+from allreduce.bench.sparse_record import load, markdown, report, share, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "chapters" / "data" / "sparse_bench_reference.json"
@@ -61,3 +61,15 @@ def test_the_built_appendix_shows_the_targets(built_book, rows):
     for what, met in targets(rows):
         plain = what.replace("`", "")
         assert f"{plain}: {'met' if met else 'missed'}" in text, plain
+
+
+def test_one_formatter_prints_every_density_apart(rows):
+    """Densities below 0.1% read as themselves, not "0.0%" (issue 22 §3), in chapter 95's
+    tables and chapter 75's, which both use ``share``."""
+    densities = sorted({row.density for row in rows})
+    shown = [share(d) for d in densities]
+    assert len(set(shown)) == len(shown), shown
+    assert all(float(s.rstrip("%")) > 0 for s in shown), shown
+    assert share(0.0001) == "0.01%" and share(0.001) == "0.1%" and share(0.5) == "50%"
+    chapter = (ROOT / "chapters" / "75_sparse.md").read_text()
+    assert "import share" in chapter and "def share" not in chapter

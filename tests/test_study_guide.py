@@ -66,7 +66,44 @@ def _expected() -> dict[str, object]:
         "crossover-64": alpha / beta * (2 * (p - 1) - lg(p)) / (lg(p) - 2 * (p - 1) / p) / 1024,
         "auto-choice": min(CANDIDATES, key=lambda name: nvlink.time(name, 8, 64 << 20)),
         "ddp-buckets": first + math.ceil((100 - first) / per_bucket),
+        "sharded-server-bytes": _traced("parameter_server", 8, servers=8).bytes * 100,
+        "naive-bytes": _traced("naive", 8).bytes * 10,
+        "naive-vs-ring": _traced("naive", 16).bytes / _traced("ring", 16).bytes,
+        # 10 MiB tensors: the first bucket closes with one, each later one at 30 MiB >= 25
+        "ddp-buckets-large": 1 + math.ceil(39 / 3),
+        # the ZeRO paper (Rajbhandari et al. 2020, section 7.2): DDP 2Ψ, stages 1-2 2Ψ, stage 3 3Ψ
+        "zero3-volume": 3 * 63 / 64 * 2,
+        "zero-most-bytes": "ZeRO-3 / FSDP",
+        # (p-1)(h + 8k) = 2(p-1)/p * 4n with 32-byte headers, n = 2^26, p = 64
+        "allgather-threshold": 100 * (8 * 2**26 / 64 - 32) / 8 / 2**26,
+        "sparse-ring-disjoint": _traced_sparse_ring_disjoint() / 1e3,
+        "weak-efficiency": 100 * 0.25 / (0.25 + _fastest_closed(8, 1e9)),
+        "strong-efficiency": 100 * (1024 * 0.25 / 32)
+                             / (64 * (16 * 0.25 / 32 + _fastest_closed(64, 1e9))),
     }
+
+
+def _fastest_closed(p: int, n: float) -> float:
+    """The fastest of auto's candidates on the chapters' 100 Gb/s network (γ included), from
+    the closed forms of chapter "Trees" written out here, on a power of two ``p``."""
+    alpha, beta, gamma, lg = 2e-6, 1 / 12.5e9, 1 / 100e9, math.log2(p)
+    return min(2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma,
+               2 * lg * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma,
+               lg * (alpha + n * beta + n * gamma))
+
+
+def _traced_sparse_ring_disjoint(p: int = 8, per_chunk: int = 1000) -> int:
+    """Bytes on the critical path of the real sparse ring's trace, ``p`` ranks with disjoint
+    supports of ``per_chunk`` pairs in each of the ``p`` chunks (far below the dense switch)."""
+    import numpy as np
+
+    from allreduce.viz.messages import record_sparse
+
+    width = 100 * per_chunk  # a chunk's length
+    vectors = [(np.concatenate([c * width + r * per_chunk + np.arange(per_chunk)
+                                for c in range(p)]), np.ones(p * per_chunk, np.float32))
+               for r in range(p)]
+    return record_sparse("sparse_ring", vectors, p * width).terms().bytes
 
 
 def test_every_quiz_answer_is_the_librarys():
@@ -94,6 +131,25 @@ def test_quizzes_are_well_formed():
         assert quiz.prompt and quiz.explanation, quiz.id
         assert quiz.kind == "choice" or isinstance(quiz.answer, float | int), quiz.id
         assert not quiz.choices or len(set(quiz.choices)) == len(quiz.choices) >= 2, quiz.id
+
+
+def test_every_chapter_has_at_least_two_quizzes():
+    """Issue 22: a quiz for every chapter of the parts that teach, at least two each, and
+    each quiz on the review page of its chapter's part."""
+    counts: dict[str, int] = {}
+    for quiz in quizzes():
+        counts[quiz.chapter] = counts.get(quiz.chapter, 0) + 1
+    seen = 0
+    for caption, chapters in review.chapters(ROOT).items():
+        if caption not in STUDIED:
+            continue
+        for chapter, _ in chapters:
+            label = re.match(r"\s*(?:---.*?---\s*)?\(([\w-]+)\)=", review.source_text(chapter.path),
+                             re.DOTALL).group(1)
+            assert counts.get(label, 0) >= 2, f"{label} has {counts.get(label, 0)} quizzes"
+            assert all(q.part == caption for q in quizzes() if q.chapter == label), label
+            seen += 1
+    assert seen >= 10
 
 
 def test_exercises_are_found_in_any_fence():

@@ -22,7 +22,10 @@ def _pick(rows, supports: str, density: float, name: str) -> SparseRow:
                 if (row.supports, row.density, row.name) == (supports, density, name))
 
 
-def _share(x: float) -> str:
+def share(x: float) -> str:
+    """A density or a fraction as a percentage, with as many decimals as it needs to read
+    apart from its neighbours (0.01%, 0.1%, 1.0%, 50%): the one formatter of the record's
+    tables, the README's and the chapter "Sparse allreduce"'s."""
     return f"{x:.2%}" if x < 0.001 else f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
 
 
@@ -37,20 +40,20 @@ def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
             if (source, density) in have:
                 got = _pick(rows, source, density, "auto").vs_ring
                 found.append((f"{source}: `auto` at least {factor}x the dense ring at "
-                              f"{_share(density)} ({got:.1f}x)", got >= factor))
+                              f"{share(density)} ({got:.1f}x)", got >= factor))
     for source in ("gradients", "identical"):
         densities = [d for d in (0.001, 0.01) if (source, d) in have]
         if densities:
             worst = min(_pick(rows, source, d, "allgather").seconds
                         / _pick(rows, source, d, "sparse_ring").seconds for d in densities)
             found.append((f"{source}: `sparse_ring` beats `allgather` at "
-                          f"{' and '.join(map(_share, densities))} (by {worst:.2f}x at worst)",
+                          f"{' and '.join(map(share, densities))} (by {worst:.2f}x at worst)",
                           worst > 1))
     disjoint = sorted(d for s, d in have if s == "disjoint")
     if disjoint:
         ratio = (_pick(rows, "disjoint", disjoint[0], "sparse_ring").seconds
                  / _pick(rows, "disjoint", disjoint[0], "allgather").seconds)
-        found.append((f"disjoint: `allgather` beats `sparse_ring` at {_share(disjoint[0])} "
+        found.append((f"disjoint: `allgather` beats `sparse_ring` at {share(disjoint[0])} "
                       f"({ratio:.2f}x)", ratio > 1))
     autos = [row for row in rows if row.name == "auto"]
     worst = max(row.seconds / _pick(rows, row.supports, row.density, "dense").seconds
@@ -122,7 +125,7 @@ def markdown(rows: list[SparseRow], supports: str) -> str:
                 cell += f" ({row.local / row.seconds:.0%} local)"
             cells.append(cell)
         topk = _pick(mine, supports, density, "Top-k selection").seconds
-        lines.append(f"| {_share(density)} | {ring.seconds * 1e3:.1f} | " + " | ".join(cells)
+        lines.append(f"| {share(density)} | {ring.seconds * 1e3:.1f} | " + " | ".join(cells)
                      + f" | {topk * 1e3:.0f} |")
     return "\n".join(lines)
 

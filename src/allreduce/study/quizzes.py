@@ -17,9 +17,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import cost
+from .. import cost, scaling, sharded
 from ..algorithms.auto import CANDIDATES, fastest
 from ..ddp_buckets import BUCKET_BYTES, FIRST_BUCKET_BYTES, ddp_buckets
+from ..sparse.allgather import terms as allgather_terms
+from ..sparse.sparse_ring import terms as sparse_ring_terms
+from ..sparse.vector import HEADER_BYTES
 
 __all__ = ["Quiz", "format_number", "quizzes"]
 
@@ -117,6 +120,32 @@ def quizzes() -> list[Quiz]:
         server.bytes / 1e6, unit="MB", tolerance=0.01,
         explanation=f"$2(p-1)n$ = 2 · 7 · 100 MB = {format_number(server.bytes / 1e6)} MB, "
                     "against 175 MB through each rank's link in a ring."))
+    sharded8 = cost.terms("parameter_server", 8, 100e6, servers=8)
+    found.append(Quiz(
+        "sharded-server-bytes", "Algorithms", "parameter-server",
+        "The same 8 ranks and 100 MB gradient, but now every rank serves one eighth of the "
+        "parameters ($S = p$ = 8 shards). How many megabytes cross one server's link, in and "
+        "out, in one step?",
+        sharded8.bytes / 1e6, unit="MB", tolerance=0.01,
+        explanation=f"Each server takes $p-1$ pushes of $n/S$ and sends $p-1$ pulls of "
+                    f"$n/S$: 2 · 7 · 12.5 MB = {format_number(sharded8.bytes / 1e6)} MB, the "
+                    "ring's volume: sharded servers are a reduce-scatter and an all-gather."))
+    naive8 = cost.terms("naive", 8, 10e6)
+    found.append(Quiz(
+        "naive-bytes", "Algorithms", "naive",
+        "In the naive allreduce every rank sends its whole buffer to every other rank. On 8 "
+        "ranks with a 10 MB gradient, how many megabytes does each rank send?",
+        naive8.bytes / 1e6, unit="MB", tolerance=0.01,
+        explanation=f"$(p-1)n$ = 7 · 10 MB = {format_number(naive8.bytes / 1e6)} MB, and "
+                    "$p(p-1)n$ over the whole network."))
+    ratio16 = cost.terms("naive", 16, 1.0).bytes / cost.terms("ring", 16, 1.0).bytes
+    found.append(Quiz(
+        "naive-vs-ring", "Algorithms", "naive",
+        "On 16 ranks, how many times as many bytes does each rank send in the naive allreduce "
+        "as in the ring?",
+        ratio16, unit="times", tolerance=0.01,
+        explanation=f"$(p-1)n$ against $2\\frac{{p-1}}{{p}}n$: a factor of $p/2$ = "
+                    f"{format_number(ratio16)}, which grows with $p$."))
     doubling6 = cost.terms("recursive_doubling", 6, 1.0)
     found.append(Quiz(
         "doubling-steps", "Algorithms", "tree",
@@ -173,4 +202,82 @@ def quizzes() -> list[Quiz]:
         explanation=f"The first bucket closes with the first tensor (3 MiB ≥ 1 MiB); each "
                     f"later one once it reaches 25 MiB, that is after 9 tensors (27 MiB): "
                     f"1 + ⌈99/9⌉ = {len(rebuilt)} buckets, one allreduce each."))
+    sizes10 = [10 << 20] * 40
+    rebuilt10 = ddp_buckets(sizes10, BUCKET_BYTES, FIRST_BUCKET_BYTES)
+    found.append(Quiz(
+        "ddp-buckets-large", "Practice", "nccl",
+        "A model has 40 gradient tensors of 10 MiB each. After DDP rebuilds its buckets "
+        f"({FIRST_BUCKET_BYTES >> 20} MiB for the first bucket, then {BUCKET_BYTES >> 20} MiB), "
+        "how many allreduces does a step run?",
+        len(rebuilt10), unit="allreduces",
+        explanation=f"The first bucket closes with one tensor; a later one closes when it "
+                    f"reaches 25 MiB, after 3 tensors (30 MiB): 1 + ⌈39/3⌉ = "
+                    f"{len(rebuilt10)} buckets."))
+    zero3 = sharded.volume("ZeRO-3 / FSDP", 64, 2e9)
+    found.append(Quiz(
+        "zero3-volume", "Practice", "beyond-ring",
+        "A model of 1 billion parameters in bfloat16 ($\\Psi$ = 2 GB) trains on 64 ranks "
+        "with ZeRO-3 (FSDP's full sharding). How many gigabytes does each rank send per step?",
+        zero3 / 1e9, unit="GB", tolerance=0.01,
+        explanation=f"Two all-gathers of the parameters (before forward and before backward) "
+                    f"and one reduce-scatter of the gradients, $\\frac{{p-1}}{{p}}\\Psi$ "
+                    f"each: 3 · 63/64 · 2 GB = {format_number(zero3 / 1e9)} GB, 1.5 times "
+                    "DDP's allreduce."))
+    strategies = tuple(sharded.STEPS)
+    found.append(Quiz(
+        "zero-most-bytes", "Practice", "beyond-ring",
+        "Which of these sends the most bytes per rank and training step, on the same model "
+        "and ranks?",
+        max(strategies, key=lambda s: sharded.volume(s, 64, 1.0)), choices=strategies,
+        explanation="DDP's allreduce is a reduce-scatter and an all-gather, $2\\Psi$; ZeRO-1 "
+                    "and 2 run the same two halves; ZeRO-3 all-gathers the parameters twice, "
+                    "$3\\Psi$."))
+    k64 = 1 << 20  # n = 2^26 float32 entries; k is where the all-gather meets the ring
+    n64 = 1 << 26
+    ring64 = cost.terms("ring", 64, 4 * n64).bytes
+    at0 = allgather_terms(64, 0, 8).bytes
+    per_pair = (allgather_terms(64, k64, 8).bytes - at0) / k64
+    threshold = (ring64 - at0) / per_pair / n64
+    found.append(Quiz(
+        "allgather-threshold", "Practice", "sparse",
+        "On 64 ranks, a float32 gradient of $2^{26}$ entries is sent as Top-k pairs (int32 "
+        "index, float32 value) by an all-gather. Below which density, in percent, does it "
+        "send fewer bytes per rank than the dense ring?",
+        100 * threshold, unit="%", tolerance=0.01,
+        explanation=f"$(p-1)kc < 2\\frac{{p-1}}{{p}}nw$ gives $d < 2w/(pc) = 1/p$: about "
+                    f"{format_number(100 * threshold)}% (a hair under 1/64 for the headers)."))
+    disjoint = sparse_ring_terms(8, 8000, 8, "disjoint")
+    found.append(Quiz(
+        "sparse-ring-disjoint", "Practice", "sparse",
+        "On 8 ranks, each with 8,000 float32 pairs (8 bytes each) spread evenly over the chunks, "
+        "on disjoint supports: how many kB does `sparse_ring` send through each rank, its "
+        f"{HEADER_BYTES}-byte message headers included?",
+        disjoint.bytes / 1e3, unit="kB", tolerance=0.01,
+        explanation=f"The reduce-scatter carries growing unions, $\\frac{{p-1}}{{2}}kc$, and "
+                    f"the all-gather $(p-1)kc$: $1.5(p-1)kc + 2(p-1)h$ = "
+                    f"{format_number(disjoint.bytes / 1e3)} kB, more than the all-gather's "
+                    "$(p-1)(kc + h)$."))
+    net = cost.NETWORKS["100 Gb/s, α = 2 µs"]
+    example = dict(gradient_bytes=1e9, sample_seconds=0.25 / 32, model=net)
+    weak8 = scaling.weak_efficiency(8, batch=32, **example)
+    found.append(Quiz(
+        "weak-efficiency", "Practice", "capstone",
+        "The capstone's worked example: 1 GB of gradients, 0.25 s of compute for a batch of 32 "
+        "per GPU, 100 Gb/s ($\\alpha$ = 2 µs, γ = 1/(100 GB/s)), `auto`'s algorithm, no "
+        "overlap. What is the weak-scaling efficiency on 8 GPUs, in percent?",
+        100 * weak8, unit="%", tolerance=0.01,
+        explanation=f"$T(1)$ = 0.25 s; $T(8)$ adds the allreduce (Rabenseifner on a power of "
+                    f"two, about $2\\frac{{7}}{{8}}n\\beta + \\frac{{7}}{{8}}n\\gamma$): "
+                    f"$E = T(1)/T(8)$ ≈ {format_number(100 * weak8)}%."))
+    strong64 = scaling.strong_efficiency(64, global_batch=1024, **example)
+    weak64 = scaling.weak_efficiency(64, batch=32, **example)
+    found.append(Quiz(
+        "strong-efficiency", "Practice", "capstone",
+        "The same model and network, but strong scaling: a global batch of 1,024 shared by "
+        "64 GPUs (16 each). What is the efficiency $T(1)/(p\\,T(p))$, in percent?",
+        100 * strong64, unit="%", tolerance=0.01,
+        explanation=f"Each GPU computes 16 samples (0.125 s) but pays the whole allreduce: "
+                    f"{format_number(100 * strong64)}%, below weak scaling's "
+                    f"{format_number(100 * weak64)}% on 64 GPUs, because the allreduce does not "
+                    "shrink with the batch."))
     return found

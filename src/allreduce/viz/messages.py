@@ -127,3 +127,28 @@ def message_animation(trace: Trace, n: int, dtype, step_names: Sequence[str] | N
                           "sent in that step and to whom")
     plt.close(fig)
     return animation
+
+
+def ring_link_load(trace: Trace) -> list[tuple[int, int]]:
+    """Step by step, ``(charged, busiest)``: the bytes of the step's largest message, all a
+    contention-free model charges the step for, and the bytes the step puts on its busiest
+    link when the ranks' links form a ring (each direction its own link) and every message
+    takes the shorter way round (clockwise on a tie).  A schedule that only ever sends to a
+    neighbour has the two equal; an all-to-all step that sends ``s`` places on loads its
+    links about ``min(s, p - s)`` times over (chapter "Sparse allreduce")."""
+    p = trace.size
+    steps: dict[int, list[tuple[int, int, int]]] = {}
+    for step, source, dest, payload in trace.payloads():
+        steps.setdefault(step, []).append((source, dest, payload.nbytes))
+    found = []
+    for step in sorted(steps):
+        load: dict[tuple[int, int], int] = {}
+        for source, dest, nbytes in steps[step]:
+            ahead = (dest - source) % p
+            way = 1 if ahead <= p - ahead else -1
+            for hop in range(min(ahead, p - ahead)):
+                here = (source + way * hop) % p
+                link = (here, (here + way) % p)
+                load[link] = load.get(link, 0) + nbytes
+        found.append((max(nbytes for *_, nbytes in steps[step]), max(load.values())))
+    return found
