@@ -206,14 +206,18 @@ class Levels:
     ``exact`` (an expression in :class:`Formula`'s names) fails, :meth:`split` charges the
     whole single-level formula at the inter level instead: an upper bound, since the
     network's inter-node links are the slower ones.  The reduction counts (``reduced``)
-    are the same at either level."""
+    are the same at either level.  ``crossing`` (an expression in the same names) is how
+    many of a node's ranks send across nodes in the same step: what one network card shared
+    by the node carries at once (:class:`Network`'s ``shared_card``); ``k``, all of them,
+    unless the algorithm says fewer."""
 
     intra: Formula
     inter: Formula
     exact: str = "True"
+    crossing: str = "k"
 
     @classmethod
-    def flat(cls, formula: Formula, exact: str = "N == 1") -> Levels:
+    def flat(cls, formula: Formula, exact: str = "N == 1", crossing: str = "k") -> Levels:
         """Everything at the inter level once there are two nodes: exact for a ring, where
         one slow link in the ring slows every step (the rank after it receives over it in
         every step), and an upper bound for others."""
@@ -222,7 +226,7 @@ class Levels:
                                                            formula.reduced)),
                            formula.constants, formula.options)
 
-        return cls(where("N == 1"), where("N > 1"), exact)
+        return cls(where("N == 1"), where("N > 1"), exact, crossing)
 
     def is_exact(self, p: int, k: int) -> bool:
         names = self.intra._names(p, 0.0, {"ranks_per_node": k})
@@ -252,6 +256,18 @@ def level_terms(algorithm: str, p: int, n: float, k: int, **options) -> tuple[Te
     return levels.split(p, n, k, whole, **options)
 
 
+def card_sharers(algorithm: str, p: int, k: int) -> int:
+    """How many of a node's ``k`` ranks send across nodes in the same step of ``algorithm``
+    on ``p`` ranks (its levels' ``crossing``, at most ``k``): the ranks that share the node's
+    network card when it has one card for all of them."""
+    if algorithm not in FORMULAS:
+        raise ValueError(f"no cost formula for algorithm {algorithm!r}")
+    levels = LEVELS.get(algorithm) or Levels.flat(FORMULAS[algorithm])
+    names = Formula("0", "0", "0")._names(p, 0.0, {"ranks_per_node": k})
+    sharers = int(eval(getattr(levels, "crossing", "k"), {"__builtins__": {}}, names))
+    return max(1, min(sharers, names["k"]))
+
+
 def level_exact(algorithm: str, p: int, k: int) -> bool:
     """Whether :func:`level_terms` is the critical path itself, not an upper bound."""
     levels = LEVELS.get(algorithm) or Levels.flat(FORMULAS[algorithm])
@@ -264,11 +280,20 @@ class Network:
     each node joined by links of ``intra``'s α and β (NVLink, shared memory), the nodes
     joined by links of ``inter``'s (the cluster network).  The ranks reduce at ``intra``'s
     γ, and a call costs ``intra``'s overhead.  A step in which a rank uses both kinds of
-    link is charged at the slower one, so ``inter`` must be no faster than ``intra``."""
+    link is charged at the slower one, so ``inter`` must be no faster than ``intra``.
+
+    By default every rank has a network card of its own (one card per GPU, as on DGX-class
+    servers), so ranks that cross at once do not share a port.  With ``shared_card`` the
+    node's ranks share one card: a step in which ``m`` of them send across
+    (:func:`card_sharers`) takes ``m`` times as long at ``inter``'s β, so the card carries
+    their bytes one after the other (the hierarchy's ``k`` shards: about
+    2(N−1)/N·n through the card, where the flat ring's one crossing rank per node sends as
+    before)."""
 
     intra: Model
     inter: Model
     ranks_per_node: int
+    shared_card: bool = False
 
     def __post_init__(self):
         if self.inter.alpha < self.intra.alpha or self.inter.beta < self.intra.beta:
@@ -283,8 +308,9 @@ class Network:
     def time(self, algorithm: str, p: int, nbytes: float, **options) -> float:
         """Predicted seconds for one allreduce of ``nbytes`` bytes per rank on ``p`` ranks."""
         intra, inter = self.levels(algorithm, p, nbytes, **options)
+        sharers = card_sharers(algorithm, p, self.ranks_per_node) if self.shared_card else 1
         return (intra.steps * self.intra.alpha + intra.bytes * self.intra.beta
-                + inter.steps * self.inter.alpha + inter.bytes * self.inter.beta
+                + inter.steps * self.inter.alpha + inter.bytes * sharers * self.inter.beta
                 + (intra.reduced + inter.reduced) * self.intra.gamma + self.intra.overhead)
 
     def link(self, nodes: Sequence[int]):

@@ -25,7 +25,9 @@ from ._schedule import chunk_bounds, left, right
 #: Two messages of n/(2p) per step, one to each neighbour; the ring's bytes and steps.
 COST = Formula(steps="4*(p - 1)", bytes="2*(p - 1)/p*n", reduced="(p - 1)/p*n")
 #: On several nodes: an upper bound (each step's two messages, one over the slow link).
-LEVELS = Levels.flat(COST)
+#: A node's two ends each send half a chunk across a step: n/p through a shared card, as
+#: through one rank's port.
+LEVELS = Levels.flat(COST, crossing="1")
 
 
 def bidirectional_ring(buf, comm: Communicator, op: Op) -> None:

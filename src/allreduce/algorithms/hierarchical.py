@@ -175,6 +175,8 @@ class Hierarchy:
     ``auto`` must be resolved first."""
 
     local = Formula(steps="2*(K - 1)", bytes="2*(K - 1)/s*n", reduced="(K - 1)/s*n")
+    #: The node's ``s`` column ranks all send their shards across at once.
+    crossing = "s"
 
     def _shape(self, p: int, ranks_per_node=None, nodes=None) -> tuple[int, int, int]:
         where = Layout.of(nodes) if nodes is not None else Layout.per_node(

@@ -23,7 +23,7 @@ from ._schedule import chunk_bounds, left, right
 COST = Formula(steps="2*(p - 1)", bytes="2*(p - 1)/p*n", reduced="(p - 1)/p*n")
 #: On several nodes every step is charged the link between them (chapter "Beyond one flat
 #: ring"): the rank after that link receives over it in every step, and the others wait.
-LEVELS = Levels.flat(COST, exact="True")
+LEVELS = Levels.flat(COST, exact="True", crossing="1")  # one rank of a node sends across
 
 
 def reduce_scatter(buf, comm: Communicator, op: Op, *, source=None,
