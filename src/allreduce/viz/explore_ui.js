@@ -186,8 +186,9 @@ function chooseExplorer(root) {
                  gamma: preset.reduction ? 1 / preset.reduction : 0, overhead: preset.overhead};
   const controls = {};
   const presetInput = select(ui.controls, "preset", "Network",
-    Object.keys(DATA.presets).map((name) => [name, name]), first, (_, name) => {
+    [...Object.keys(DATA.presets).map((name) => [name, name]), ["", "as set below"]], first, (_, name) => {
       const chosen = DATA.presets[name];
+      if (!chosen) return;
       Object.assign(state, {alpha: chosen.alpha, beta: 1 / chosen.bandwidth,
                             gamma: chosen.reduction ? 1 / chosen.reduction : 0,
                             overhead: chosen.overhead});
@@ -196,6 +197,7 @@ function chooseExplorer(root) {
       update();
     });
   const change = (name, x) => {
+    if (name !== "p" && name !== "nbytes") presetInput.value = "";
     if (name === "bandwidth") state.beta = 1 / x;
     else if (name === "reduction") state.gamma = 1 / x;
     else state[name] = x;
