@@ -84,7 +84,8 @@ def close(shown: float, expected: float, rel: float = REL) -> bool:
 
 UNITS = {"time": [("s", 1), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)],
          "bytes": [("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1)],
-         "rate": [("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)]}
+         "rate": [("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)],
+         "count": [("G", 1e9), ("M", 1e6), ("k", 1e3)]}
 
 
 def _mantissa_ok(text: str, x: float) -> bool:

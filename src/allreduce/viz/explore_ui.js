@@ -40,10 +40,12 @@ function fmtScaled(x, units) {
 const TIME = [["s", 1], ["ms", 1e-3], ["µs", 1e-6], ["ns", 1e-9]];
 const BYTES = [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10], ["B", 1]];
 const RATE = [["TB/s", 1e12], ["GB/s", 1e9], ["MB/s", 1e6]];
+const COUNT = [["G", 1e9], ["M", 1e6], ["k", 1e3]];
 const FORMAT = {
   time: (x) => fmtScaled(x, TIME),
   bytes: (x) => fmtScaled(x, BYTES),
   rate: (x) => fmtScaled(x, RATE),
+  count: (x) => fmtScaled(x, COUNT),
   number: (x) => (x === 0 ? "0" : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e4 ? mantissa(x)
                   : x.toExponential(2)),
   percent: (x) => mantissa(100 * x) + " %",
@@ -362,7 +364,10 @@ function twoLevelExplorer(root) {
       marks: [{x: n, text: "this size"}, ...crossings.map(([, , at]) => ({x: at, colour: "#777", dash: "2 3"}))]});
     const times = algorithms.map((name) => [name, time(net, name, p, n)]);
     const best = times.reduce((a, b) => (b[1] < a[1] ? b : a));
+    const clamped = net.inter.alpha > state.inter_alpha || net.inter.beta > 1 / state.inter_bandwidth;
     ui.readout.replaceChildren(
+      clamped ? el("p", {}, "(The links between nodes are taken no faster than those inside one, "
+                   + "as the library's cost.Network requires.)") : "",
       el("p", {}, "On ", value("p", p, "integer"), " GPUs at ", value("size", n, "bytes"),
          ", the fastest of the three is ", el("strong", {}, value("winner", best[0], "text", label(best[0]))), "."),
       el("table", {"class": "ae-table"}, el("caption", {}, "Predicted time of one allreduce"),
@@ -382,7 +387,7 @@ function scalingExplorer(root) {
   const state = {parameters: 250e6, sample_seconds: 0.25 / 32, batch: 32, global_batch: 1024, p: 64,
                  alpha: preset.alpha, bandwidth: preset.bandwidth, overlap: "on"};
   const change = (name, x) => { state[name] = x; update(); };
-  slider(ui.controls, logControl("parameters", "Parameters (float32)", 6, 11, 0.05, state.parameters, "number"), change);
+  slider(ui.controls, logControl("parameters", "Parameters (float32)", 6, 11, 0.05, state.parameters, "count"), change);
   slider(ui.controls, logControl("sample_seconds", "Compute per sample", -5, 0, 0.01, state.sample_seconds, "time"), change);
   slider(ui.controls, {name: "batch", label: "Samples per GPU (weak)", min: 1, max: 256, step: 1, value: state.batch,
                        format: "integer", toValue: (u) => u, fromValue: (v) => v}, change);
