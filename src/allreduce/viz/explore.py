@@ -125,8 +125,8 @@ def _crossing_js(levels) -> str:
 # -- the data the explorers show ---------------------------------------------------------------
 
 #: The stepper's algorithms (chapters 40 and 50) and its ranks.
-STEPPER_ALGORITHMS = ("tree", "recursive_doubling", "rabenseifner", "ring", "reduce_broadcast",
-                      "parameter_server")
+STEPPER_ALGORITHMS = ("tree", "recursive_doubling", "rabenseifner", "ring", "bidirectional_ring",
+                      "torus")
 STEPPER_RANKS = range(2, 9)
 
 
