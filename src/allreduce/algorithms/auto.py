@@ -24,7 +24,7 @@ from ..comm import Communicator
 from ..cost import Model, Network, load, model_path
 from ..ops import Op
 from ..topology import Layout
-from .rabenseifner import rabenseifner
+from .rabenseifner import fast as rabenseifner
 from .recursive_doubling import recursive_doubling
 from .ring import ring
 
