@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 #: The dtypes every transport moves and every algorithm reduces, by name.  The order is
 #: part of the metadata exchanged between ranks (a dtype travels as its index here).
 DTYPES: tuple[str, ...] = ("float16", "float32", "float64", "int32", "int64")

@@ -24,10 +24,10 @@ def combine_forms(sizes=SIZES, rounds: int = 7) -> list[dict]:
         x, buf, scratch = (rng.random(2 * n + 3, dtype=np.float32) for _ in range(3))
         source, inout, incoming = x[n + 3:2 * n], buf[n + 3:2 * n], scratch[:n - 3]
 
-        def three():
+        def three(incoming=incoming, source=source, inout=inout):
             np.add(incoming, source, out=inout)
 
-        def copy_then_in_place():
+        def copy_then_in_place(incoming=incoming, source=source, inout=inout):
             inout[:] = source
             np.add(incoming, inout, out=inout)
 
