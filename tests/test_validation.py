@@ -256,11 +256,11 @@ def test_the_plan_key_holds_the_device_and_equal_calls_skip_describe(monkeypatch
     torch = pytest.importorskip("torch")
     from allreduce import api
 
-    comm = run_threads(1, lambda c: c)[0]
-    key = api._plan_key(torch.ones(3), None, "sum", "auto", None, comm, None, None, None)
-    assert key != api._plan_key(torch.ones(3, device="meta"), None, "sum", "auto", None, comm,
+    key = api._plan_key(torch.ones(3), None, "sum", "auto", None, None, None, None)
+    assert key == api._plan_key(torch.ones(3), None, "sum", "auto", None, None, None, None)
+    assert key != api._plan_key(torch.ones(3, device="meta"), None, "sum", "auto", None,
                                 None, None, None)
-    assert key != api._plan_key(np.ones(3, np.float32), None, "sum", "auto", None, comm,
+    assert key != api._plan_key(np.ones(3, np.float32), None, "sum", "auto", None,
                                 None, None, None)
     described = []
     original = api.describe
@@ -283,8 +283,7 @@ def test_fast_and_slow_paths_together(checking_path):
         x = np.arange(1000.0)
         allreduce.allreduce(x, comm)  # every rank caches the plan
         if comm.rank == 2:
-            for key in [k for k in api._PLANS if k[0] is comm]:
-                del api._PLANS[key]  # this rank takes the slow path next
+            api._PLANS[comm].clear()  # this rank takes the slow path next
         agreed = allreduce.allreduce(x, comm)
         out = np.full(1000 - (comm.rank == 2), -1.0)
         try:
@@ -326,3 +325,21 @@ def test_a_wrong_length_under_matching_headers_fails_every_rank(p, checking_path
     for error, out in outcomes:
         assert error is not None and "differ in a way this check cannot name" in error
         assert (out == -1.0).all()
+
+
+def test_plans_do_not_keep_a_communicator_alive():
+    """The plans are kept per communicator, weakly: a tracing wrapper or a group that is
+    gone takes its plans with it."""
+    import gc
+    import weakref
+
+    from allreduce import api
+
+    def body(comm):
+        allreduce.allreduce(np.ones(3), comm)
+        assert len(api._PLANS[comm]) == 1
+        return weakref.ref(comm)
+
+    references = run_threads(2, body)
+    gc.collect()
+    assert all(reference() is None for reference in references)

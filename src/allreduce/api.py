@@ -4,6 +4,7 @@ chapter "Beyond one flat ring" calls apart (sharded data parallelism)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,16 +83,15 @@ def allreduce(
     once: there is no communicator to agree over.
     """
     communicator = as_communicator(comm)
-    key = _plan_key(x, out, op, algorithm, servers, communicator, ranks_per_node, nodes, inner)
-    plan = _PLANS.get(key) if key is not None else None
+    key = _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner)
+    plans = _PLANS.get(communicator) if key is not None else None
+    plan = plans.get(key) if plans is not None else None
     if plan is None:  # describe() in full: a new kind of call, or a bad one
         layout = {"ranks_per_node": ranks_per_node, "nodes": nodes, "inner": inner}
         plan = _Plan(describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED,
                               layout, LAYOUT), servers, layout)
         if key is not None and plan.call.problem is None:
-            if len(_PLANS) >= 256:
-                _PLANS.clear()
-            _PLANS[key] = plan
+            _keep(communicator, key, plan)
     call = plan.call
     in_band = communicator.receives_any_length
     carried = source = result = staging = buffer = reduce_op = None
@@ -151,16 +151,28 @@ class _Plan:
             call.resolved = call.algorithm
 
 
-#: Plans of valid calls, by :func:`_plan_key`: a call that matches one skips
-#: :func:`~allreduce.validation.describe` (about 15 µs of Python); the ranks still check it.
-_PLANS: dict[tuple, _Plan] = {}
+#: Plans of valid calls, per communicator (which holds its native object), by
+#: :func:`_plan_key`: a call that matches one skips :func:`~allreduce.validation.describe`
+#: (about 15 µs of Python); the ranks still check it.  Weak: a communicator that is gone
+#: (a tracing wrapper, a group) takes its plans with it.
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _plan_key(x, out, op, algorithm, servers, communicator, ranks_per_node, nodes, inner):
-    """Everything :func:`~allreduce.validation.describe` checks, as a key: the communicator
-    (which holds its native object), the types of ``x`` and ``out`` and the shape, dtype and
-    device of each, the op, algorithm, servers and layout options; ``None`` (no plan) for a
-    call whose arguments cannot be keyed."""
+def _keep(communicator: Communicator, key: tuple, plan: _Plan) -> None:
+    try:
+        plans = _PLANS.setdefault(communicator, {})
+    except TypeError:  # a communicator that cannot be weakly referenced: no plans
+        return
+    if len(plans) >= 64:
+        plans.clear()
+    plans[key] = plan
+
+
+def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
+    """Everything :func:`~allreduce.validation.describe` checks but the communicator, as a
+    key: the types of ``x`` and ``out`` and the shape, dtype and device of each, the op,
+    algorithm, servers and layout options; ``None`` (no plan) for a call whose arguments
+    cannot be keyed."""
     kind = type(x)
     if kind is not np.ndarray and not arrays.is_tensor(x):
         return None
@@ -177,7 +189,7 @@ def _plan_key(x, out, op, algorithm, servers, communicator, ranks_per_node, node
     else:
         return None
     try:  # the options' types too: ranks_per_node=True equals 1 as a key, but is refused
-        key = (communicator, kind, x.shape, x.dtype, x.device, given, op, algorithm, servers,
+        key = (kind, x.shape, x.dtype, x.device, given, op, algorithm, servers,
                type(servers), ranks_per_node, type(ranks_per_node), nodes, inner)
         hash(key)
     except (AttributeError, TypeError):
