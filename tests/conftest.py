@@ -14,9 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
-# The tests, their child processes and the labs' kernels keep any fitted model (the lab
-# "Why gradients must be aggregated" saves one; auto reads it) in a folder of their own, so
-# that a run neither reads nor overwrites the user's ~/.cache/allreduce/model.json.
+# The tests and their child processes keep any fitted model (allreduce-bench --save-model
+# saves one; auto reads it only when loaded) in a folder of their own, so that a run neither
+# reads nor overwrites the user's ~/.cache/allreduce/model.json.
 os.environ["ALLREDUCE_MODEL"] = str(
     Path(tempfile.mkdtemp(prefix="allreduce-tests-")) / "model.json")
 

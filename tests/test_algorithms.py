@@ -311,3 +311,40 @@ def test_kept_scratch_gives_right_results_call_after_call(algorithm):
         for key, result in zip(plan, results):
             wrong = first_difference(reference(inputs[key], "sum"), result)
             assert not wrong, f"{algorithm} {key} rank {rank}: {wrong}"
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+def test_rabenseifner_fast_path_gives_the_readable_ones_bits_and_messages(p, monkeypatch):
+    """The api runs rabenseifner.fast (a schedule worked out once per size); the readable
+    rabenseifner (halve and double) must give the same bits, with and without ``source``,
+    for several counts and ops, and the same messages and reductions (GUIDE §1)."""
+    from allreduce.algorithms import REGISTRY
+    from allreduce.algorithms.rabenseifner import fast, rabenseifner
+    from allreduce.ops import OPS
+    from allreduce.trace import record
+
+    assert REGISTRY["rabenseifner"] is fast
+    rng = np.random.default_rng(p)
+    for n in (0, 1, p, 37, 1000, 4099):
+        inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(p)]
+        for op in ("sum", "prod", "max"):
+            def body(comm):
+                results = []
+                for algorithm in (rabenseifner, fast):
+                    plain = inputs[comm.rank].copy()
+                    algorithm(plain, comm, OPS[op])
+                    read = np.empty_like(plain)
+                    algorithm(read, comm, OPS[op], source=inputs[comm.rank])
+                    results.append((plain.tobytes(), read.tobytes()))
+                return results
+
+            for (slow_plain, slow_read), (fast_plain, fast_read) in run_threads(p, body):
+                assert slow_plain == fast_plain == slow_read == fast_read, (n, op)
+    fast_trace, fast_results = record("rabenseifner", p, 1000)
+    monkeypatch.setitem(REGISTRY, "rabenseifner", rabenseifner)
+    readable_trace, readable_results = record("rabenseifner", p, 1000)
+    assert fast_trace.messages() == readable_trace.messages()
+    assert (len(fast_trace.messages()) > 0) == (p > 1)
+    for weights in ((1, 0, 0), (0, 1, 0), (0, 0, 1)):  # steps, bytes and reductions
+        assert fast_trace.critical_path(*weights) == readable_trace.critical_path(*weights)
+    assert all((a == b).all() for a, b in zip(fast_results, readable_results))

@@ -34,6 +34,8 @@ def _check_output(stdout: str, peers: list[str], csv_path, json_path):
     for name in names:
         assert f"# Avg bus bandwidth {name:>24}:" in stdout
     assert "# model fitted to this run's algorithm rows" in stdout
+    assert "# auto chose with alpha = 77.6 us per step" in stdout  # the committed default
+    assert "from the committed default (auto.DEFAULT_MODEL" in stdout
     for r in rows:  # predictions for the library's algorithms, none for the peers
         assert (r["predicted"] == "") == (r["name"] in peers)
 
@@ -61,6 +63,20 @@ def test_under_torchrun(venv_bin, tmp_path, monkeypatch):
     assert f"# saved the model for auto to {tmp_path / 'model.json'}" in run.stdout
     saved = cost.load(tmp_path / "model.json")
     assert f"alpha = {saved.alpha * 1e6:.1f} us per step" in run.stdout
+
+
+def test_auto_uses_a_saved_model_only_when_given(venv_bin, tmp_path):
+    """--model FILE: auto chooses with the model in FILE, and the output says so."""
+    from allreduce import cost
+
+    path = cost.save(cost.Model(alpha=1.0, beta=1e-12), tmp_path / "mine.json")
+    run = run_launcher([venv_bin / "mpiexec", "-n", "2", venv_bin / "python", "-m", "mpi4py",
+                        "-m", "allreduce.bench", *ARGS, "--no-torch", "--model", path,
+                        "--csv", tmp_path / "r.csv", "--json", tmp_path / "r.json"],
+                       timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "# auto chose with alpha = 1000000.0 us per step" in run.stdout
+    assert f"from the file {path}, saved 20" in run.stdout
 
 
 def test_an_unknown_algorithm_is_refused_on_every_rank(venv_bin):

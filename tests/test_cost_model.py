@@ -112,3 +112,41 @@ def test_fit_recovers_a_per_call_overhead():
     for name in ("alpha", "beta", "gamma", "overhead"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     assert cost.fit(counts, seconds).overhead == 0  # not fitted unless asked for
+
+
+def test_auto_never_uses_a_saved_model_unless_asked(tmp_path, monkeypatch):
+    """Issue 24 §3: a model file that exists changes nothing until a call loads it; then
+    explain() names the file and its date, and use_model(None) goes back to the default."""
+    from allreduce import auto
+
+    monkeypatch.setenv("ALLREDUCE_MODEL", str(tmp_path / "m.json"))
+    latency_only = cost.Model(alpha=1.0, beta=1e-12)
+    cost.save(latency_only)
+    try:
+        assert auto.model() == auto.DEFAULT_MODEL and auto.model_source() == auto.DEFAULT_SOURCE
+        before = auto.explain(1 << 26, 4)
+        assert before.model == auto.DEFAULT_MODEL and before.chosen == "rabenseifner"
+        assert "committed default" in str(before)
+        assert auto.load_model() == latency_only  # the default path: $ALLREDUCE_MODEL
+        after = auto.explain(1 << 26, 4)
+        assert after.model == latency_only and after.chosen == "recursive_doubling"
+        assert str(tmp_path / "m.json") in after.source and "saved 20" in after.source
+        assert "overhead left out" in str(after) and "gamma left out" in str(after)
+        assert after.predicted == {name: latency_only.time(name, 4, 1 << 26)
+                                   for name in ("recursive_doubling", "rabenseifner", "ring")}
+    finally:
+        auto.use_model(None)
+    assert auto.model() == auto.DEFAULT_MODEL and auto.model_source() == auto.DEFAULT_SOURCE
+    with pytest.raises(FileNotFoundError, match="no saved model at"):
+        auto.load_model(tmp_path / "missing.json")
+    assert auto.model() == auto.DEFAULT_MODEL  # a failed load changes nothing
+
+
+def test_explain_on_nodes_lists_the_hierarchical_allreduce():
+    from allreduce import auto
+    from allreduce.algorithms.auto import resolve
+
+    found = auto.explain(1 << 26, 8, ranks_per_node=4)
+    assert (found.chosen, found.options) == resolve(1 << 26, 8, 4)
+    assert set(found.predicted) == {"recursive_doubling", "rabenseifner", "ring", "hierarchical"}
+    assert min(found.predicted, key=found.predicted.get) == found.chosen

@@ -335,6 +335,27 @@ def test_auto_switches_to_dense_as_the_density_grows():
         assert times == sorted(times), name
 
 
+def test_sparse_auto_explains_its_choice_and_names_the_model():
+    """The sparse auto chooses under the dense auto's model (the committed default unless a
+    process loads one), and explain() says which, with each prediction."""
+    import allreduce.auto as dense_auto
+    from allreduce import cost
+    from allreduce.sparse import auto as sparse_auto
+
+    n, counts = 1 << 20, [1000] * 4
+    text = sparse_auto.explain(n, counts)
+    chosen = sparse_auto.choose(n, counts, 4, dense_auto.DEFAULT_MODEL, SPARSE_ALGORITHMS)
+    assert text.startswith(f"sparse auto on 4 ranks, n = {n}, 4000 pairs in all: {chosen} ")
+    assert all(name in text for name in SPARSE_ALGORITHMS)
+    assert "from the committed default" in text
+    dense_auto.use_model(cost.Model(alpha=1e-3, beta=1e-9), "a test's model")
+    try:
+        assert "overhead left out" in sparse_auto.explain(n, counts)
+        assert sparse_auto.explain(n, counts).endswith("from a test's model")
+    finally:
+        dense_auto.use_model(None)
+
+
 @pytest.mark.parametrize("p", range(1, 9))
 def test_topk_allreduce_keeps_at_most_k_and_hands_back_exactly_the_rest(p):
     """The re-selecting sum: every message and the result hold at most ⌈k/p⌉ pairs per

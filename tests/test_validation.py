@@ -176,3 +176,170 @@ def test_a_failed_call_leaves_out_untouched(algorithm):
 
     for out in run_threads(P, body, timeout=10):
         assert (out == -1.0).all()
+
+
+# -- the plan cache (issue 24 §1): a call like a cached one skips describe(), never its check --
+
+def _cached_then(first, then, p=P):
+    """On p ranks: ``first(comm)`` (a valid call, whose plan is cached), then ``then(comm)``;
+    return the exception every rank raised in ``then``."""
+    def body(comm):
+        first(comm)
+        try:
+            return then(comm)
+        finally:  # a rank that raised on a sub-communicator waits for the other groups
+            comm.barrier()
+
+    return errors_on_every_rank(body, p)
+
+
+CACHE_CASES = [
+    # (key part, the cached call, a call differing from it only there, pattern)
+    ("type of x", lambda c: allreduce.allreduce(np.ones(2), c),
+     lambda c: allreduce.allreduce([1.0, 2.0] if c.rank == 0 else np.ones(2), c),
+     r"x must be a numpy.ndarray or a torch.Tensor, got list"),
+    ("shape of x", lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4)),
+     lambda c: allreduce.allreduce(np.ones(5), c, out=np.ones(4)),
+     r"out must have x's shape and dtype \(5,\) float64, got \(4,\) float64"),
+    ("dtype of x", lambda c: allreduce.allreduce(np.ones(4), c, op="mean"),
+     lambda c: allreduce.allreduce(np.ones(4, np.int64), c, op="mean"),
+     r"op 'mean' needs a floating-point dtype, got int64"),
+    ("type of out", lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4)),
+     lambda c: allreduce.allreduce(np.ones(4), c, out=[0.0] * 4),
+     r"out must be of the same type as x \(ndarray\), got list"),
+    ("shape of out", lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4)),
+     lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(5)),
+     r"out must have x's shape and dtype \(4,\) float64, got \(5,\) float64"),
+    ("dtype of out", lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4)),
+     lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4, np.float32)),
+     r"got \(4,\) float32"),
+    ("op", lambda c: allreduce.allreduce(np.ones(4, np.int32), c, op="sum"),
+     lambda c: allreduce.allreduce(np.ones(4, np.int32), c, op="mean"),
+     r"op 'mean' needs a floating-point dtype, got int32"),
+    ("algorithm", lambda c: allreduce.allreduce(np.ones(4), c, algorithm="ring"),
+     lambda c: allreduce.allreduce(np.ones(4), c, algorithm="rign"),
+     r"unknown algorithm 'rign'"),
+    ("servers", lambda c: allreduce.allreduce(np.ones(4), c, algorithm="parameter_server",
+                                              servers=2),
+     lambda c: allreduce.allreduce(np.ones(4), c, algorithm="parameter_server", servers=9),
+     r"servers must be an integer from 1 to the number of ranks \(4\), got 9"),
+    ("ranks_per_node", lambda c: allreduce.allreduce(np.ones(4), c, algorithm="hierarchical",
+                                                     ranks_per_node=1),
+     lambda c: allreduce.allreduce(np.ones(4), c, algorithm="hierarchical",
+                                   ranks_per_node=True),
+     r"ranks_per_node must be a positive integer, got True"),
+    ("nodes", lambda c: allreduce.allreduce(np.ones(4), c, algorithm="hierarchical",
+                                            nodes=[0, 0, 1, 1]),
+     lambda c: allreduce.allreduce(np.ones(4), c, algorithm="hierarchical", nodes=[0, 0, 1]),
+     r"nodes must give one node id per rank \(4\), got 3"),
+    ("inner", lambda c: allreduce.allreduce(np.ones(4), c, algorithm="hierarchical",
+                                            ranks_per_node=2, inner="ring"),
+     lambda c: allreduce.allreduce(np.ones(4), c, algorithm="hierarchical", ranks_per_node=2,
+                                   inner="hierarchical"),
+     r"unknown inner algorithm 'hierarchical'"),
+    ("communicator", lambda c: allreduce.allreduce(np.ones(4), c, algorithm="parameter_server",
+                                                   servers=4),
+     lambda c: allreduce.allreduce(np.ones(4), c.split([r % 2 for r in range(c.size)]),
+                                   algorithm="parameter_server", servers=4),
+     r"servers must be an integer from 1 to the number of ranks \(2\), got 4"),
+]
+
+
+@pytest.mark.parametrize(("part", "first", "then", "pattern"), CACHE_CASES,
+                         ids=[c[0] for c in CACHE_CASES])
+def test_a_call_that_differs_from_a_cached_one_is_checked_in_full(part, first, then, pattern):
+    raised = _cached_then(first, then)
+    assert re.search(pattern, str(raised)), str(raised)
+
+
+def test_the_plan_key_holds_the_device_and_equal_calls_skip_describe(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from allreduce import api
+
+    key = api._plan_key(torch.ones(3), None, "sum", "auto", None, None, None, None)
+    assert key == api._plan_key(torch.ones(3), None, "sum", "auto", None, None, None, None)
+    assert key != api._plan_key(torch.ones(3, device="meta"), None, "sum", "auto", None,
+                                None, None, None)
+    assert key != api._plan_key(np.ones(3, np.float32), None, "sum", "auto", None,
+                                None, None, None)
+    described = []
+    original = api.describe
+    monkeypatch.setattr(api, "describe", lambda *a, **k: described.append(1) or original(*a, **k))
+
+    def body(c):
+        return [allreduce.allreduce(np.full(5, float(i)), c) for i in range(3)]
+
+    for results in run_threads(P, body, timeout=10):
+        assert [r.tolist() for r in results] == [[P * float(i)] * 5 for i in range(3)]
+    assert len(described) == P  # once per rank: the two later calls found the plan
+
+
+def test_fast_and_slow_paths_together(checking_path):
+    """Ranks whose plan is cached (no describe) and a rank whose is not get the same result
+    together, and the same error together, leaving out untouched."""
+    from allreduce import api
+
+    def body(comm):
+        x = np.arange(1000.0)
+        allreduce.allreduce(x, comm)  # every rank caches the plan
+        if comm.rank == 2:
+            api._PLANS[comm].clear()  # this rank takes the slow path next
+        agreed = allreduce.allreduce(x, comm)
+        out = np.full(1000 - (comm.rank == 2), -1.0)
+        try:
+            allreduce.allreduce(x[:len(out)], comm, out=out)
+        except ValueError as error:
+            return agreed, out, str(error)
+        return agreed, out, None
+
+    outcomes = run_threads(P, body, timeout=10)
+    for agreed, out, error in outcomes:
+        assert (agreed == P * np.arange(1000.0)).all()
+        assert (out == -1.0).all()
+        assert error == outcomes[0][2] and "disagree on the element count" in error
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+def test_a_wrong_length_under_matching_headers_fails_every_rank(p, checking_path):
+    """One rank carries data in its packets, the others not, with equal headers: the
+    lengths differ, so every rank raises (none uses a half-reduced buffer), never hangs."""
+    if checking_path == "all-gather":
+        pytest.skip("only the in-band check reads lengths")
+    from allreduce.ops import OPS
+    from allreduce.validation import CallDescription, agree_in_band
+
+    names = ("recursive_doubling",)
+
+    def body(comm):
+        call = CallDescription(shape=(8,), dtype="float64", op="sum",
+                               algorithm="recursive_doubling", resolved="recursive_doubling")
+        buf, out = np.ones(8), np.full(8, -1.0)
+        try:
+            agree_in_band(comm, call, names, buf if comm.rank == 0 else None, OPS["sum"],
+                          out=out)
+        except RuntimeError as error:
+            return str(error), out
+        return None, out
+
+    outcomes = run_threads(p, body, timeout=10)
+    for error, out in outcomes:
+        assert error is not None and "differ in a way this check cannot name" in error
+        assert (out == -1.0).all()
+
+
+def test_plans_do_not_keep_a_communicator_alive():
+    """The plans are kept per communicator, weakly: a tracing wrapper or a group that is
+    gone takes its plans with it."""
+    import gc
+    import weakref
+
+    from allreduce import api
+
+    def body(comm):
+        allreduce.allreduce(np.ones(3), comm)
+        assert len(api._PLANS[comm]) == 1
+        return weakref.ref(comm)
+
+    references = run_threads(2, body)
+    gc.collect()
+    assert all(reference() is None for reference in references)

@@ -4,8 +4,11 @@ chapter "Beyond one flat ring" calls apart (sharded data parallelism)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from . import arrays
 from .algorithms import LAYOUT, PHASES, READS_SOURCE, REGISTRY, SHARDED
@@ -80,23 +83,27 @@ def allreduce(
     once: there is no communicator to agree over.
     """
     communicator = as_communicator(comm)
-    layout = {"ranks_per_node": ranks_per_node, "nodes": nodes, "inner": inner}
-    call = describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED,
-                    layout, LAYOUT)
+    key = _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner)
+    plans = _PLANS.get(communicator) if key is not None else None
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:  # describe() in full: a new kind of call, or a bad one
+        layout = {"ranks_per_node": ranks_per_node, "nodes": nodes, "inner": inner}
+        plan = _Plan(describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED,
+                              layout, LAYOUT), servers, layout)
+        if key is not None and plan.call.problem is None:
+            _keep(communicator, key, plan)
+    call = plan.call
     in_band = communicator.receives_any_length
     carried = source = result = staging = buffer = reduce_op = None
-    options = {} if servers is None else {"servers": servers}
-    if algorithm == "hierarchical":
-        options.update({name: value for name, value in layout.items() if value is not None})
     if call.problem is None:
         # auto chooses now, before the check, so that ranks which would choose differently
         # raise together (the choice is part of what they check) instead of hanging
-        call.resolved = algorithm
+        options = plan.options
         if algorithm == "auto":
             call.resolved, chosen = resolve(arrays.nbytes(x), communicator.size,
                                             call.ranks_per_node)
-            options = dict(chosen)  # a copy: resolve() keeps its answers
-        reduce_op = OPS[op]
+            options = chosen  # resolve() keeps its answers: never changed here
+        reduce_op = plan.reduce_op
         result = arrays.new_like(x) if out is None else out
         # the algorithms reduce a flat contiguous buffer in place: the result's own memory
         # when it is contiguous, otherwise a staging copy that is written back at the end
@@ -119,12 +126,75 @@ def allreduce(
         arrays.copy_into(staging, x)  # only now: a call that raised leaves out untouched
     if carried is None and arrays.count(buffer):
         if source is not None:
-            options["source"] = source
+            options = {**options, "source": source}  # a new dict: the plan's is kept
         REGISTRY[call.resolved](buffer, communicator, reduce_op, **options)
     finish(reduce_op, buffer, communicator.size)
     if staging is not result:
         arrays.copy_into(result, staging)
     return result
+
+
+class _Plan:
+    """What :func:`allreduce` works out once per kind of call: the checked description,
+    the algorithm's options and the operator (chapter "The allreduce library")."""
+
+    __slots__ = ("call", "options", "reduce_op")
+
+    def __init__(self, call, servers, layout):
+        self.call = call
+        self.options = {} if servers is None else {"servers": servers}
+        if call.algorithm == "hierarchical":
+            self.options.update({name: value for name, value in layout.items()
+                                 if value is not None})
+        self.reduce_op = None if call.problem else OPS[call.op]
+        if call.problem is None and call.algorithm != "auto":
+            call.resolved = call.algorithm
+
+
+#: Plans of valid calls, per communicator (which holds its native object), by
+#: :func:`_plan_key`: a call that matches one skips :func:`~allreduce.validation.describe`
+#: (about 15 µs of Python); the ranks still check it.  Weak: a communicator that is gone
+#: (a tracing wrapper, a group) takes its plans with it.
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _keep(communicator: Communicator, key: tuple, plan: _Plan) -> None:
+    try:
+        plans = _PLANS.setdefault(communicator, {})
+    except TypeError:  # a communicator that cannot be weakly referenced: no plans
+        return
+    if len(plans) >= 64:
+        plans.clear()
+    plans[key] = plan
+
+
+def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
+    """Everything :func:`~allreduce.validation.describe` checks but the communicator, as a
+    key: the types of ``x`` and ``out`` and the shape, dtype and device of each, the op,
+    algorithm, servers and layout options; ``None`` (no plan) for a call whose arguments
+    cannot be keyed."""
+    kind = type(x)
+    if kind is not np.ndarray and not arrays.is_tensor(x):
+        return None
+    if nodes is not None:
+        try:
+            nodes = tuple(nodes)
+            hash(nodes)
+        except TypeError:
+            return None
+    if out is None:
+        given = None
+    elif type(out) is kind:
+        given = out.shape, out.dtype, out.device
+    else:
+        return None
+    try:  # the options' types too: ranks_per_node=True equals 1 as a key, but is refused
+        key = (kind, x.shape, x.dtype, x.device, given, op, algorithm, servers,
+               type(servers), ranks_per_node, type(ranks_per_node), nodes, inner)
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
 
 
 def _layout(algorithm: str, ranks_per_node, nodes) -> dict:

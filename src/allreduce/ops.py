@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import copy_into
-
 #: The dtypes every transport moves and every algorithm reduces, by name.  The order is
 #: part of the metadata exchanged between ranks (a dtype travels as its index here).
 DTYPES: tuple[str, ...] = ("float16", "float32", "float64", "int32", "int64")
@@ -75,16 +73,20 @@ def combine(op: Op, inout, incoming, *, incoming_first: bool = False, source=Non
     commutative, so both give the same bits; the flag lets an algorithm combine partial
     results in rank order, which is what an MPI library promises for non-commutative ops.
 
-    With ``source``, the slice is copied into ``inout`` and then reduced in place, rather
-    than reduced into ``inout`` from two other arrays in one call: on the course's machine
-    (numpy 2.4, float32, 256 KiB to 16 MiB) the three-array form ran at half the speed of
-    the in-place one, and the copy plus the in-place form beat it by 1.1–2×.  The copy
-    happens just before the reduction, so the slice is still in cache when it is reduced.
+    With ``source``, the three-array form reduces ``source`` and ``incoming`` straight into
+    ``inout``.  An earlier numpy (the course's machine, 256 KiB to 16 MiB) ran it at half the
+    in-place form's speed, so the slice was copied in first; measured again with numpy 2.4.6
+    (float32, CPU time per call, :func:`allreduce.bench.micro.combine_forms`), the three-array
+    form is the faster at every size from 8 KiB to 8 MiB, by 1.3 to 1.65 times in three
+    runs, on slices at odd offsets, so the copy is gone.  Both give the same bits.
     """
     function = _function(op, inout)
     if source is not None:
-        copy_into(inout, source)
-    if incoming_first:
+        if incoming_first:
+            function(incoming, source, out=inout)
+        else:
+            function(source, incoming, out=inout)
+    elif incoming_first:
         function(incoming, inout, out=inout)
     else:
         function(inout, incoming, out=inout)

@@ -16,6 +16,9 @@ fraction; the replayed trace has q there, the ranks that remain after the fold.
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
+
 from ..comm import Communicator
 from ..cost import Formula, Levels
 from ..ops import Op
@@ -94,6 +97,70 @@ def double(buf, comm: Communicator, fold: PowerOfTwoFold, span) -> None:
         comm.sendrecv(buf[mine_lo:mine_hi], peer, buf[their_lo:their_hi], peer)
         first, last = min(first, theirs[0]), max(last, theirs[1])
         mask <<= 1
+
+
+# -- the fast path: the same messages, from a schedule worked out once per size ---------------
+
+def fast(buf, comm: Communicator, op: Op, *, source=None) -> None:
+    """:func:`rabenseifner` with the index arithmetic of :func:`halve` and :func:`double`
+    done once per (count, ranks, rank) and kept (:func:`schedule`): the same messages, the
+    same reductions in the same order, the same bits (a test checks both against each other).
+    This is what ``allreduce(..., algorithm="rabenseifner")`` runs."""
+    fold = PowerOfTwoFold(comm)
+    if source is not None and (fold.extra or comm.size == 1):
+        comm.copy(buf, source)  # the fold reduces whole buffers in place
+        source = None
+    if comm.size == 1:
+        return
+    n = len(buf)
+    halving, doubling, largest = schedule(n, comm.size, comm.rank)
+    scratch = comm.scratch(n if fold.extra else largest, like=buf)
+    fold.fold(buf, op, scratch)
+    mine = buf if source is None else source
+    sendrecv, reduce_local = comm.sendrecv, comm.reduce_local
+    for peer, give_lo, give_hi, keep_lo, keep_hi, incoming_first in halving:
+        received = scratch[: keep_hi - keep_lo]
+        sendrecv(mine[give_lo:give_hi], peer, received, peer)
+        reduce_local(op, buf[keep_lo:keep_hi], received, incoming_first=incoming_first,
+                     source=mine[keep_lo:keep_hi])
+        mine = buf
+    for peer, mine_lo, mine_hi, their_lo, their_hi in doubling:
+        sendrecv(buf[mine_lo:mine_hi], peer, buf[their_lo:their_hi], peer)
+    fold.unfold(buf)
+
+
+@functools.lru_cache(maxsize=256)
+def schedule(n: int, size: int, rank: int) -> tuple[tuple, tuple, int]:
+    """The steps :func:`halve` and :func:`double` take on ``rank`` of ``size`` for ``n``
+    elements, as ``(peer, give_lo, give_hi, keep_lo, keep_hi, incoming_first)`` and
+    ``(peer, mine_lo, mine_hi, their_lo, their_hi)``, and the largest range received while
+    halving.  Empty for a rank that sits out of the fold."""
+    fold = PowerOfTwoFold(SimpleNamespace(rank=rank, size=size))  # it reads only these two
+    me, parts = fold.virtual_rank, fold.participants
+    if me is None:
+        return (), (), 0
+    halving, doubling = [], []
+    first, last, mask = 0, parts, parts >> 1
+    while mask:
+        partner = me ^ mask
+        middle = (first + last) // 2
+        keep, give = ((first, middle), (middle, last)) if me < partner else (
+            (middle, last), (first, middle))
+        halving.append((fold.real_rank(partner), *span_bounds(n, parts, *give),
+                        *span_bounds(n, parts, *keep), partner < me))
+        first, last = keep
+        mask >>= 1
+    first, last, mask = me, me + 1, 1
+    while mask < parts:
+        partner = me ^ mask
+        width = last - first
+        theirs = (last, last + width) if me < partner else (first - width, first)
+        doubling.append((fold.real_rank(partner), *span_bounds(n, parts, first, last),
+                         *span_bounds(n, parts, *theirs)))
+        first, last = min(first, theirs[0]), max(last, theirs[1])
+        mask <<= 1
+    largest = max((step[4] - step[3] for step in halving), default=0)
+    return tuple(halving), tuple(doubling), largest
 
 
 # -- the two phases apart, with the ring's chunk ownership (allreduce.reduce_scatter) ----------

@@ -114,11 +114,14 @@ def _parser(sparse: bool):
     if not sparse:
         parser.add_argument("--plot", type=Path, help="plot busbw against size (PNG)")
         parser.add_argument("--save-model", action="store_true",
-                            help="keep the fitted model for auto (at $ALLREDUCE_MODEL or "
-                                 "~/.cache/allreduce/model.json); every rank must see the same "
-                                 "file")
+                            help="keep the fitted model (at $ALLREDUCE_MODEL or "
+                                 "~/.cache/allreduce/model.json) for --model or "
+                                 "allreduce.auto.load_model()")
         parser.add_argument("--sparse", action="store_true",
                             help="benchmark the sparse allreduce instead (see --sparse --help)")
+    parser.add_argument("--model", type=Path, metavar="FILE",
+                        help="auto chooses with the model saved in FILE instead of the committed "
+                             "default; every rank must see the same file")
     parser.add_argument("--allow-one-rank", action="store_true",
                         help="run on a single rank (an allreduce on one rank moves no data, "
                              "so its table measures nothing of the network)")
@@ -164,6 +167,10 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.model:
+        from ..algorithms.auto import load_model
+
+        load_model(args.model)
     if args.sparse:
         return _sparse_main(parser, args)
     algorithms = [a for a in ALGORITHMS] if args.algorithms == "all" else args.algorithms.split(",")
@@ -198,13 +205,16 @@ def _main(argv: list[str] | None = None) -> int:
           f"{min(ROUNDS, args.iters)} interleaved rounds; time = median over rounds of the "
           "slowest rank's mean per call")
     print(format_table(rows, list(world.peers)))
+    if "auto" in algorithms:
+        print(_auto_model_line())
     if model:
         print(f"# model fitted to this run's algorithm rows (critical path of the whole call, "
               f"relative error): alpha = {model.alpha * 1e6:.1f} us per step, 1/beta = "
               f"{_per_second(model.beta)}, 1/gamma = {_per_second(model.gamma)}, "
               f"overhead = {model.overhead * 1e6:.1f} us per call")
         if args.save_model:
-            print(f"# saved the model for auto to {cost.save(model)}")
+            print(f"# saved the model for auto to {cost.save(model)} (auto uses it only when "
+                  "loaded: --model FILE, or allreduce.auto.load_model(FILE))")
     fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
               "peer_ratio", "predicted", "algbw", "busbw"]
     records = [{f: getattr(row, f) for f in fields} for row in rows]
@@ -253,9 +263,17 @@ def _sparse_main(parser, args) -> int:
               "encoding, densifying; wire = time - local; model = auto's prediction from "
               "the real supports")
         print(format_sparse(rows))
+        print(_auto_model_line())
         if args.json:
             args.json.write_text(json.dumps([row.__dict__ for row in rows], indent=1))
     return 1 if any(row.wrong for row in rows) else 0
+
+
+def _auto_model_line() -> str:
+    """Which model auto chose with in this run, and where it came from."""
+    from ..algorithms.auto import describe_model, model, model_source
+
+    return f"# auto chose with {describe_model(model())}, from {model_source()}"
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from ..algorithms.auto import fastest
+from ..algorithms.auto import describe_model, fastest, model_source
+from ..algorithms.auto import model as dense_model
 from ..cost import Model, largest_power_of_two
 from . import cost
 from .dense import mask_bytes
@@ -141,3 +142,19 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
 def _choose(n, counts, itemsize, model, candidates, dense_output) -> str:
     return min(candidates, key=lambda name: predict(name, n, list(counts), itemsize, model,
                                                     dense_output=dense_output))
+
+
+def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool = False,
+            candidates=None) -> str:
+    """What the sparse ``auto`` would run for ``counts[r]`` pairs on rank ``r`` of a vector
+    of length ``n``: each exact algorithm's predicted time, the choice, and the model behind
+    it with where it came from (the dense ``auto``'s, :func:`allreduce.auto.explain`)."""
+    if candidates is None:
+        from . import SPARSE_ALGORITHMS as candidates
+    model = dense_model()
+    times = {name: predict(name, n, list(counts), itemsize, model, dense_output=dense_output)
+             for name in candidates}
+    chosen = choose(n, counts, itemsize, model, candidates, dense_output=dense_output)
+    listing = ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items())
+    return (f"sparse auto on {len(counts)} ranks, n = {n}, {sum(counts)} pairs in all: {chosen} "
+            f"(predicted: {listing})\nmodel: {describe_model(model)}\nfrom {model_source()}")

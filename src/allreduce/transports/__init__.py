@@ -10,6 +10,10 @@ from typing import Any
 from ..comm import Communicator
 
 _TRANSPORTS: dict[type, type[Communicator]] = {}  # comm's type → the transport that wraps it
+#: id(mpi4py communicator) → (it, its wrapper): a call's checks key on the wrapper, and
+#: wrapping costs two MPI queries (rank and size).  Held strongly, so that no other object
+#: takes the id; a freed communicator (COMM_NULL, false) is wrapped anew, and refused.
+_WRAPPED: dict[int, tuple[Any, Communicator]] = {}
 
 
 def as_communicator(comm: Any) -> Communicator:
@@ -21,15 +25,18 @@ def as_communicator(comm: Any) -> Communicator:
     """
     if isinstance(comm, Communicator):
         return comm
+    wrapped = _WRAPPED.get(id(comm))
+    if wrapped is not None and wrapped[0] is comm and comm:
+        return wrapped[1]
     transport = _TRANSPORTS.get(type(comm))
     if transport is not None:
-        return transport(comm)
+        return _keep(comm, transport(comm))
     module = type(comm).__module__
     if module.startswith("mpi4py") and "mpi4py.MPI" in sys.modules:
         from .mpi import MPICommunicator
 
         _TRANSPORTS[type(comm)] = MPICommunicator  # later calls skip the import machinery
-        return MPICommunicator(comm)
+        return _keep(comm, MPICommunicator(comm))
     if "torch.distributed" in sys.modules:
         import torch.distributed as dist
 
@@ -42,3 +49,12 @@ def as_communicator(comm: Any) -> Communicator:
         "comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), a torch.distributed "
         f"ProcessGroup (e.g. dist.group.WORLD) or an allreduce.Communicator; got {type(comm).__name__}"
     )
+
+
+def _keep(comm: Any, wrapper: Communicator) -> Communicator:
+    """Remember the wrapper of an mpi4py communicator (see :data:`_WRAPPED`)."""
+    if type(comm).__module__.startswith("mpi4py"):
+        if len(_WRAPPED) >= 64:
+            _WRAPPED.clear()
+        _WRAPPED[id(comm)] = (comm, wrapper)
+    return wrapper

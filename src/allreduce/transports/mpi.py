@@ -29,6 +29,7 @@ class MPICommunicator(Communicator):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self._status = MPI.Status()  # reused: a receive of any length reads its count here
 
     def isend(self, buf, dest: int, tag: int = 0) -> MPI.Request:
         return self.comm.Isend([buf, MPI.BYTE], dest, tag)
@@ -57,7 +58,7 @@ class MPICommunicator(Communicator):
         self.send(buf, dest, tag)
 
     def recv_any(self, buf, source: int, tag: int = 0) -> bool:
-        status = MPI.Status()
+        status = self._status
         try:
             self.comm.Recv([buf, MPI.BYTE], source, tag, status)
         except MPI.Exception as error:  # a longer message: MPI delivers what fits, then says so
@@ -67,7 +68,7 @@ class MPICommunicator(Communicator):
         return status.Get_count(MPI.BYTE) == buf.nbytes
 
     def sendrecv_any(self, sendbuf, dest: int, recvbuf, source: int, tag: int = 0) -> bool:
-        status = MPI.Status()
+        status = self._status
         try:
             self.comm.Sendrecv([sendbuf, MPI.BYTE], dest, tag, [recvbuf, MPI.BYTE], source, tag,
                                status)
