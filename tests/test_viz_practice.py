@@ -69,11 +69,11 @@ def test_nccl_trees_span_the_nodes_and_share_the_forwarding(nodes):
         assert both == {0}  # shifted: node 0 interior in both
 
 
-def test_the_btree_port_matches_trees_cc_drawing():
+def test_the_tree_edges_match_trees_cc_drawing():
     """trees.cc's comment draws 0 -> 4 -> (2, 6), 2 -> (1, 3), 6 -> (5, 7) for 8 ranks
     (the tree rooted at 0 whose child is the middle rank)."""
-    parents = {r: practice.btree(8, r)[0] for r in range(8)}
-    assert parents == {0: -1, 4: 0, 2: 4, 6: 4, 1: 2, 3: 2, 5: 6, 7: 6}
+    parents = {child: parent for parent, child in practice.tree_edges(8)[0]}
+    assert parents == {4: 0, 2: 4, 6: 4, 1: 2, 3: 2, 5: 6, 7: 6}
 
 
 def test_each_channel_is_a_ring_through_every_gpu_entering_at_its_own_gpu():

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 
 from ..cost import Model, crossing
+from .dtree import dtree
 from .style import OKABE_ITO
 
 # -- chapter "Choosing an algorithm": time against size, crossovers marked -------------------
@@ -99,45 +100,11 @@ def zero_figure(parameters: float, p: int):
 
 # -- chapter "Allreduce on GPUs: NCCL" -------------------------------------------------------
 
-def btree(nranks: int, rank: int) -> tuple[int, int, int]:
-    """``(parent, child0, child1)`` of ``rank`` (-1 for none): NCCL's ``ncclGetBtree``
-    (``src/graph/trees.cc``, v2.30.7-1), line for line."""
-    bit = 1
-    while bit < nranks:
-        if bit & rank:
-            break
-        bit <<= 1
-    if rank == 0:
-        return -1, -1, (bit >> 1 if nranks > 1 else -1)
-    up = (rank ^ bit) | (bit << 1)
-    if up >= nranks:
-        up = rank ^ bit
-    lowbit = bit >> 1
-    down0 = -1 if lowbit == 0 else rank - lowbit
-    down1 = -1 if lowbit == 0 else rank + lowbit
-    while down1 >= nranks:
-        down1 = -1 if lowbit == 0 else rank + lowbit
-        lowbit >>= 1
-    return up, down0, down1
-
-
-def dtree(nranks: int, rank: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """The two trees' ``(parent, child0, child1)`` of ``rank``: NCCL's ``ncclGetDtree``, the
-    second tree the first mirrored (even ``nranks``) or shifted by one (odd)."""
-    first = btree(nranks, rank)
-    if nranks % 2 == 1:
-        other = btree(nranks, (rank - 1 + nranks) % nranks)
-        second = tuple(-1 if r == -1 else (r + 1) % nranks for r in other)
-    else:
-        other = btree(nranks, nranks - 1 - rank)
-        second = tuple(-1 if r == -1 else nranks - 1 - r for r in other)
-    return first, second
-
-
 def tree_edges(nodes: int) -> list[list[tuple[int, int]]]:
-    """Each of the two trees over ``nodes`` nodes as ``(parent, child)`` edges."""
-    return [[(links[0], r) for r in range(nodes)
-             for links in [dtree(nodes, r)[t]] if links[0] != -1] for t in (0, 1)]
+    """Each of the two trees of NCCL's double binary tree over ``nodes`` nodes
+    (:func:`allreduce.viz.dtree.dtree`) as ``(parent, child)`` edges."""
+    return [[(parent, r) for r in range(nodes)
+             for parent in [dtree(nodes, r)[t][0]] if parent != -1] for t in (0, 1)]
 
 
 def tree_depths(edges: list[tuple[int, int]], nodes: int) -> list[int]:
