@@ -244,7 +244,7 @@ def agree(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...]
 
 #: Largest buffer :func:`agree_in_band` carries with its header; beyond it the data is
 #: copied into and out of the packet for too little gain, and the header travels alone.
-#: ``allreduce.bench.micro --in-band`` measures both ways (issue 24): on the shared 2-core
+#: ``allreduce.bench.micro --in-band`` measures both ways: on the shared 2-core
 #: machine at a load of about 1.3, carrying won at every size from 1 KiB to 1 MiB in three
 #: runs (0.65-0.69x MPI against 0.61-0.65x at 256 KiB and 1 MiB); at a load of about 2 the
 #: header round won from 64 KiB up.  Kept at 1 MiB until an idle machine decides.

@@ -1,4 +1,4 @@
-"""Micro-measurements behind constants and choices of the library's hot path (issue 24).
+"""Micro-measurements behind constants and choices of the library's hot path.
 
 ``python -m allreduce.bench.micro``: :func:`combine_forms`, in CPU time per call
 (``time.process_time``), which other processes' load disturbs far less than the wall clock.
