@@ -92,11 +92,13 @@ def test_the_readmes_entry_point_commands_name_real_options(venv_bin):
         assert shown.returncode == 0, (line, shown.stderr)
 
 
-ISSUE = re.compile(r"\b(issue|issues|bug|ticket)\s*#?\d+|(?<![\w&])#\d+\b", re.IGNORECASE)
+ISSUE = re.compile(r"\b(issue|issues|bug|ticket)\s*#?\d+|(?<![\w&])(?<!PR )#\d+\b",
+                   re.IGNORECASE)  # an upstream project's "PR #2468" is a citation
 
 
 def _reader_pages() -> list[Path]:
-    return [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "studyguide").glob("*.md"))]
+    return [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "studyguide").glob("*.md")),
+            *sorted((ROOT / "chapters").glob("*.md")), *sorted((ROOT / "labs").glob("*.ipynb"))]
 
 
 def test_no_page_a_reader_sees_names_an_issue():
@@ -110,3 +112,4 @@ def test_no_page_a_reader_sees_names_an_issue():
 def test_the_issue_pattern_finds_what_it_must():
     assert ISSUE.search("every hostile one issue 15 lists") and ISSUE.search("see #23")
     assert not ISSUE.search("`#wrong` was 0") and not ISSUE.search("1,024 ranks")
+    assert not ISSUE.search("since v0.21, PR #2468")
