@@ -10,7 +10,7 @@ would run for a size, with which model and where that model came from.
 
 The choice is made before the call is checked, and the chosen name is part of what the ranks
 check (:mod:`allreduce.validation`): ranks that would choose differently, because their
-sizes or their saved models differ, raise instead of running different algorithms.
+sizes or the models they loaded differ, raise instead of running different algorithms.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .ring import ring
 CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabenseifner,
               "ring": ring}
 
-#: The model ``auto`` uses before a benchmark has saved one: what ``make bench`` (1 KiB to
+#: The model ``auto`` uses unless a program loads another: what ``make bench`` (1 KiB to
 #: 64 MiB, 4 MPI ranks) fitted, on the critical path and with a per-call overhead, on the
 #: course's 2-core reference machine on 2026-11-23 (the run before the one recorded in
 #: ``chapters/data/bench_reference.json``, whose ``auto`` rows ran with this model).
