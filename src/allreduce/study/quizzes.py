@@ -197,11 +197,10 @@ def quizzes() -> list[Quiz]:
     found.append(Quiz(
         "ddp-buckets", "Practice", "nccl",
         "A model has 100 gradient tensors of 3 MiB each. After DDP rebuilds its buckets "
-        "(1 MiB for the first bucket, then 25 MiB), how many allreduces does a step run?",
+        f"({FIRST_BUCKET_BYTES >> 20} MiB for the first bucket, then {BUCKET_BYTES >> 20} MiB), "
+        "how many allreduces does a step run?",
         len(rebuilt), unit="allreduces",
-        explanation=f"The first bucket closes with the first tensor (3 MiB ≥ 1 MiB); each "
-                    f"later one once it reaches 25 MiB, that is after 9 tensors (27 MiB): "
-                    f"1 + ⌈99/9⌉ = {len(rebuilt)} buckets, one allreduce each."))
+        explanation=_buckets_explained(3 << 20, 100, len(rebuilt))))
     sizes10 = [10 << 20] * 40
     rebuilt10 = ddp_buckets(sizes10, BUCKET_BYTES, FIRST_BUCKET_BYTES)
     found.append(Quiz(
@@ -210,9 +209,7 @@ def quizzes() -> list[Quiz]:
         f"({FIRST_BUCKET_BYTES >> 20} MiB for the first bucket, then {BUCKET_BYTES >> 20} MiB), "
         "how many allreduces does a step run?",
         len(rebuilt10), unit="allreduces",
-        explanation=f"The first bucket closes with one tensor; a later one closes when it "
-                    f"reaches 25 MiB, after 3 tensors (30 MiB): 1 + ⌈39/3⌉ = "
-                    f"{len(rebuilt10)} buckets."))
+        explanation=_buckets_explained(10 << 20, 40, len(rebuilt10))))
     zero3 = sharded.volume("ZeRO-3 / FSDP", 64, 2e9)
     found.append(Quiz(
         "zero3-volume", "Practice", "beyond-ring",
@@ -281,3 +278,16 @@ def quizzes() -> list[Quiz]:
                     f"{format_number(100 * weak64)}% on 64 GPUs, because the allreduce does not "
                     "shrink with the batch."))
     return found
+
+
+def _buckets_explained(size: int, count: int, buckets: int) -> str:
+    """Why ``count`` equal tensors of ``size`` bytes fill ``buckets`` of DDP's rebuilt
+    buckets, from the library's caps (a bucket closes with the tensor that takes it to its
+    cap)."""
+    first = -(-FIRST_BUCKET_BYTES // size)
+    per = -(-BUCKET_BYTES // size)
+    assert buckets == 1 + -(-(count - first) // per), (size, count, buckets)
+    return (f"The first bucket closes after {first} tensor(s) ({first * size >> 20} MiB ≥ "
+            f"{FIRST_BUCKET_BYTES >> 20} MiB); each later one once it reaches "
+            f"{BUCKET_BYTES >> 20} MiB, that is after {per} tensors ({per * size >> 20} MiB): "
+            f"1 + ⌈{count - first}/{per}⌉ = {buckets} buckets, one allreduce each.")
