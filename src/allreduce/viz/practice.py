@@ -175,7 +175,7 @@ def channel_figure(nodes: int, gpus: int, channels: int):
         ax.plot(xs, [0] * len(xs), "o", color="0.2", markersize=5)
         for node in range(nodes):
             entry = ring[node * gpus][1]
-            ax.text(where(node, entry)[0], -0.85, f"in: GPU {entry}", ha="center", fontsize=7,
+            ax.text(where(node, entry)[0], -0.85, f"in: GPU {entry}", ha="center", fontsize=8,
                     color=OKABE_ITO[c])
         ax.set_title(f"channel {c}", fontsize=9)
         ax.set(xlim=(-1, nodes * (gpus + 1.5) - 1), ylim=(-1.6, 1.6))
