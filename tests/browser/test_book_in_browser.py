@@ -349,7 +349,9 @@ def _ink(driver, button) -> int:
     if shown.size != hidden.size:
         return shown.size[0] * shown.size[1]  # hiding it moved the button: it drew something
     difference = ImageChops.difference(shown, hidden).convert("L")
-    return sum(1 for value in difference.getdata() if value > 40)
+    # Pillow 12.1 renamed getdata (deprecated, gone in 14) to get_flattened_data
+    values = getattr(difference, "get_flattened_data", difference.getdata)()
+    return sum(1 for value in values if value > 40)
 
 
 def drawn_controls(driver, box, where: str) -> list[str]:

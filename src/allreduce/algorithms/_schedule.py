@@ -66,6 +66,15 @@ class PowerOfTwoFold:
             return 2 * virtual_rank + 1
         return virtual_rank + self.extra
 
+    def take_input(self, buf, source):
+        """Where the power-of-two phase reads this rank's input: ``source`` itself, or, where
+        a fold reduces whole buffers in place (or one rank has nothing to exchange), ``None``
+        once ``source`` has been copied into ``buf``."""
+        if source is not None and (self.extra or self.comm.size == 1):
+            self.comm.copy(buf, source)
+            return None
+        return source
+
     def fold(self, buf, op: Op, scratch) -> None:
         """Before the power-of-two phase: the extra ranks hand their data over."""
         rank = self.comm.rank

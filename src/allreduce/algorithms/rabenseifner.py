@@ -40,9 +40,7 @@ def rabenseifner(buf, comm: Communicator, op: Op, *, source=None) -> None:
     the first halving round reads the input from ``source``, as the ring's reduce-scatter
     does, which saves copying it into ``buf`` first)."""
     fold = PowerOfTwoFold(comm)
-    if source is not None and (fold.extra or comm.size == 1):
-        comm.copy(buf, source)  # the fold reduces whole buffers in place
-        source = None
+    source = fold.take_input(buf, source)
     if comm.size == 1:
         return
     n = len(buf)
@@ -107,9 +105,7 @@ def fast(buf, comm: Communicator, op: Op, *, source=None) -> None:
     same reductions in the same order, the same bits (a test checks both against each other).
     This is what ``allreduce(..., algorithm="rabenseifner")`` runs."""
     fold = PowerOfTwoFold(comm)
-    if source is not None and (fold.extra or comm.size == 1):
-        comm.copy(buf, source)  # the fold reduces whole buffers in place
-        source = None
+    source = fold.take_input(buf, source)
     if comm.size == 1:
         return
     n = len(buf)

@@ -32,9 +32,7 @@ def recursive_doubling(buf, comm: Communicator, op: Op, *, source=None) -> None:
     given: the first round sends ``source`` and writes ``source ⊕ incoming`` into ``buf``,
     which saves copying the input into ``buf`` first)."""
     fold = PowerOfTwoFold(comm)
-    if source is not None and (fold.extra or comm.size == 1):
-        comm.copy(buf, source)  # the fold reduces whole buffers in place
-        source = None
+    source = fold.take_input(buf, source)
     if comm.size == 1:
         return
     scratch = comm.scratch(len(buf), like=buf)
