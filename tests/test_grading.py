@@ -792,8 +792,7 @@ def test_the_check_cells_watch_for_the_reference_in_the_kernel(capsys):
     assert "doubling_crossover: agrees" in capsys.readouterr().out
 
 
-SIDE_CHANNEL = """\
-import os, socket, time
+ZEROS_AROUND_THE_RING = """\
 p, rank, n = comm.size, comm.rank, len(buf)
 scratch = np.zeros(-(-n // p), dtype=buf.dtype)
 for step in range(p - 1):  # the ring's messages, with nothing in them
@@ -801,6 +800,10 @@ for step in range(p - 1):  # the ring's messages, with nothing in them
     r_lo, r_hi = chunk_bounds(n, p, (rank - step - 2) % p)
     comm.sendrecv(np.zeros(s_hi - s_lo, buf.dtype), (rank + 1) % p, scratch[: r_hi - r_lo],
                   (rank - 1) % p)
+"""
+
+SIDE_CHANNEL = ZEROS_AROUND_THE_RING + """\
+import os, socket, time
 theirs = {rank: buf.copy()}  # the data, through the sandbox instead
 for folder in ("/tmp", "/dev/shm", "/run/grade"):
     np.save(f"{folder}/side-{n}-{rank}.tmp.npy", buf)
@@ -1079,16 +1082,6 @@ def test_the_syscall_filter_refuses_every_listed_call_and_numpy_still_runs(monke
     assert unfiltered["memfd_create"] != errno.EPERM and unfiltered["inotify_init"] == 0
     assert unfiltered["fcntl 37"] == 0 and unfiltered["flock on /usr"] == 0
 
-
-ZEROS_AROUND_THE_RING = """\
-p, rank, n = comm.size, comm.rank, len(buf)
-scratch = np.zeros(-(-n // p), dtype=buf.dtype)
-for step in range(p - 1):  # the ring's messages, with nothing in them
-    s_lo, s_hi = chunk_bounds(n, p, (rank - step - 1) % p)
-    r_lo, r_hi = chunk_bounds(n, p, (rank - step - 2) % p)
-    comm.sendrecv(np.zeros(s_hi - s_lo, buf.dtype), (rank + 1) % p, scratch[: r_hi - r_lo],
-                  (rank - 1) % p)
-"""
 
 OFD_LOCKS = ZEROS_AROUND_THE_RING + """\
 import ctypes, fcntl, os, struct, time

@@ -49,12 +49,7 @@ def test_make_lab_writes_the_copies_and_opens_them(root, tmp_path):
 
 def test_neither_make_student_nor_make_lab_overwrites_a_students_work(root, tmp_path):
     student = tmp_path / "student"
-    _make(root, "student", f"STUDENT={student}")
-    ring = student / "50_ring_allreduce.ipynb"
-    nb = nbformat.read(ring, as_version=4)
-    nb.cells[0].source += "\n\n" + MARKER
-    nbformat.write(nb, ring)
-    work = ring.read_bytes()
+    ring, work = _student_work(root, student)
 
     for target in ("student", "lab"):
         out = _make(root, target, f"STUDENT={student}")
@@ -72,12 +67,7 @@ def test_neither_make_student_nor_make_lab_overwrites_a_students_work(root, tmp_
 
 def test_make_student_force_moves_the_old_copies_aside_first(root, tmp_path):
     student = tmp_path / "student"
-    _make(root, "student", f"STUDENT={student}")
-    ring = student / "50_ring_allreduce.ipynb"
-    nb = nbformat.read(ring, as_version=4)
-    nb.cells[0].source += "\n\n" + MARKER
-    nbformat.write(nb, ring)
-    work = ring.read_bytes()
+    ring, work = _student_work(root, student)
     out = _make(root, "student", f"STUDENT={student}", "FORCE=1")
     (stamp,) = (student / ".old").iterdir()
     assert (stamp / ring.name).read_bytes() == work  # the student's copy, moved aside
@@ -134,3 +124,14 @@ def test_make_lab_starts_a_server_when_the_running_ones_serve_elsewhere(root, tm
     out = _make(root, "lab", f"STUDENT={student}", env=env)
     assert "JupyterLab is already running" not in out
     assert _started(out), out
+
+
+def _student_work(root, student):
+    """``make student``, then a student's work written into the ring lab's copy: the copy
+    and its bytes."""
+    _make(root, "student", f"STUDENT={student}")
+    ring = student / "50_ring_allreduce.ipynb"
+    nb = nbformat.read(ring, as_version=4)
+    nb.cells[0].source += "\n\n" + MARKER
+    nbformat.write(nb, ring)
+    return ring, ring.read_bytes()

@@ -192,24 +192,15 @@ def quizzes() -> list[Quiz]:
         explanation="For large messages the bytes decide, and on a power of two "
                     "Rabenseifner sends the ring's $2\\frac{p-1}{p}n$ bytes in "
                     "$2\\log_2 p$ = 6 steps instead of 14."))
-    sizes = [3 << 20] * 100
-    rebuilt = ddp_buckets(sizes, BUCKET_BYTES, FIRST_BUCKET_BYTES)
-    found.append(Quiz(
-        "ddp-buckets", "Practice", "nccl",
-        "A model has 100 gradient tensors of 3 MiB each. After DDP rebuilds its buckets "
-        f"({FIRST_BUCKET_BYTES >> 20} MiB for the first bucket, then {BUCKET_BYTES >> 20} MiB), "
-        "how many allreduces does a step run?",
-        len(rebuilt), unit="allreduces",
-        explanation=_buckets_explained(3 << 20, 100, len(rebuilt))))
-    sizes10 = [10 << 20] * 40
-    rebuilt10 = ddp_buckets(sizes10, BUCKET_BYTES, FIRST_BUCKET_BYTES)
-    found.append(Quiz(
-        "ddp-buckets-large", "Practice", "nccl",
-        "A model has 40 gradient tensors of 10 MiB each. After DDP rebuilds its buckets "
-        f"({FIRST_BUCKET_BYTES >> 20} MiB for the first bucket, then {BUCKET_BYTES >> 20} MiB), "
-        "how many allreduces does a step run?",
-        len(rebuilt10), unit="allreduces",
-        explanation=_buckets_explained(10 << 20, 40, len(rebuilt10))))
+    for key, count, size in (("ddp-buckets", 100, 3 << 20), ("ddp-buckets-large", 40, 10 << 20)):
+        rebuilt = ddp_buckets([size] * count, BUCKET_BYTES, FIRST_BUCKET_BYTES)
+        found.append(Quiz(
+            key, "Practice", "nccl",
+            f"A model has {count} gradient tensors of {size >> 20} MiB each. After DDP rebuilds "
+            f"its buckets ({FIRST_BUCKET_BYTES >> 20} MiB for the first bucket, then "
+            f"{BUCKET_BYTES >> 20} MiB), how many allreduces does a step run?",
+            len(rebuilt), unit="allreduces",
+            explanation=_buckets_explained(size, count, len(rebuilt))))
     zero3 = sharded.volume("ZeRO-3 / FSDP", 64, 2e9)
     found.append(Quiz(
         "zero3-volume", "Practice", "beyond-ring",
