@@ -174,7 +174,9 @@ def quizzes() -> list[Quiz]:
                     "$2(p-1)$ = 2,046."))
 
     # --- Practice -----------------------------------------------------------------------
-    crossing = cost.crossover(NET_100G, "recursive_doubling", "ring", 64)
+    p = 64
+    crossing = cost.crossover(NET_100G, "recursive_doubling", "ring", p)
+    above, below = 2 * (p - 1) - math.log2(p), math.log2(p) - 2 * (p - 1) / p
     found.append(Quiz(
         "crossover-64", "Practice", "choosing",
         "On 64 ranks with $\\alpha$ = 2 µs and $1/\\beta$ = 12.5 GB/s (γ aside), above what "
@@ -182,7 +184,8 @@ def quizzes() -> list[Quiz]:
         crossing / 1024, unit="KiB", tolerance=0.02,
         explanation=f"$n^* = \\frac{{\\alpha}}{{\\beta}}\\cdot"
                     f"\\frac{{2(p-1) - \\log_2 p}}{{\\log_2 p - 2\\frac{{p-1}}{{p}}}}$ = "
-                    f"25 KB · 120/4.03 ≈ {format_number(crossing / 1024)} KiB."))
+                    f"{NET_100G.alpha / NET_100G.beta / 1e3:g} KB · {above:g}/{below:.2f} ≈ "
+                    f"{format_number(crossing / 1024)} KiB."))
     nvlink = cost.NETWORKS["NVLink-class, α = 1 µs"]
     found.append(Quiz(
         "auto-choice", "Practice", "choosing",
@@ -191,7 +194,8 @@ def quizzes() -> list[Quiz]:
         fastest(64 << 20, 8, nvlink), choices=tuple(CANDIDATES),
         explanation="For large messages the bytes decide, and on a power of two "
                     "Rabenseifner sends the ring's $2\\frac{p-1}{p}n$ bytes in "
-                    "$2\\log_2 p$ = 6 steps instead of 14."))
+                    f"$2\\log_2 p$ = {cost.terms('rabenseifner', 8, 1).steps:g} steps instead "
+                    f"of {cost.terms('ring', 8, 1).steps:g}."))
     for key, count, size in (("ddp-buckets", 100, 3 << 20), ("ddp-buckets-large", 40, 10 << 20)):
         rebuilt = ddp_buckets([size] * count, BUCKET_BYTES, FIRST_BUCKET_BYTES)
         found.append(Quiz(
@@ -209,7 +213,8 @@ def quizzes() -> list[Quiz]:
         zero3 / 1e9, unit="GB", tolerance=0.01,
         explanation=f"Two all-gathers of the parameters (before forward and before backward) "
                     f"and one reduce-scatter of the gradients, $\\frac{{p-1}}{{p}}\\Psi$ "
-                    f"each: 3 · 63/64 · 2 GB = {format_number(zero3 / 1e9)} GB, 1.5 times "
+                    f"each: 3 · 63/64 · 2 GB = {format_number(zero3 / 1e9)} GB, "
+                    f"{zero3 / sharded.volume('DDP', 64, 2e9):g} times "
                     "DDP's allreduce."))
     strategies = tuple(sharded.STEPS)
     found.append(Quiz(
