@@ -150,3 +150,27 @@ def test_explain_on_nodes_lists_the_hierarchical_allreduce():
     assert (found.chosen, found.options) == resolve(1 << 26, 8, 4)
     assert set(found.predicted) == {"recursive_doubling", "rabenseifner", "ring", "hierarchical"}
     assert min(found.predicted, key=found.predicted.get) == found.chosen
+
+
+def test_the_default_model_is_the_fit_of_its_committed_runs():
+    """``auto.DEFAULT_MODEL`` is reproducible: fitting the named algorithms' rows of the three
+    committed ``make bench`` runs (``chapters/data/bench_fit.json``) gives it back, to the
+    three significant figures it is written with."""
+    import json
+    from pathlib import Path
+
+    from allreduce import auto
+    from allreduce.bench import Row
+    from allreduce.bench.record import fit_model
+
+    path = Path(__file__).resolve().parent.parent / "chapters" / "data" / "bench_fit.json"
+    rows = [Row(**{k: v for k, v in r.items() if k not in ("algbw", "busbw")})
+            for r in json.loads(path.read_text())]
+    assert len({r.name for r in rows} & {"ring", "rabenseifner", "recursive_doubling"}) == 3
+    fitted, _ = fit_model([r for r in rows if r.name != "auto"],
+                          ["MPI_Allreduce", "torch_all_reduce"])
+    default = auto.DEFAULT_MODEL
+    for got, want in ((fitted.alpha, default.alpha), (1 / fitted.beta, 1 / default.beta),
+                      (1 / fitted.gamma, 1 / default.gamma),
+                      (fitted.overhead, default.overhead)):
+        assert got == pytest.approx(want, rel=5e-3)  # written to three figures

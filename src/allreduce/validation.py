@@ -244,10 +244,12 @@ def agree(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...]
 
 #: Largest buffer :func:`agree_in_band` carries with its header; beyond it the data is
 #: copied into and out of the packet for too little gain, and the header travels alone.
-#: ``allreduce.bench.micro --in-band`` measures both ways: on the shared 2-core
-#: machine at a load of about 1.3, carrying won at every size from 1 KiB to 1 MiB in three
-#: runs (0.65-0.69x MPI against 0.61-0.65x at 256 KiB and 1 MiB); at a load of about 2 the
-#: header round won from 64 KiB up.  Kept at 1 MiB until an idle machine decides.
+#: ``allreduce.bench.micro --in-band`` measures both ways.  On the idle 2-core reference
+#: machine (2026-11-25, 4 ranks, three runs) carrying won at every size from 1 KiB to
+#: 256 KiB (0.43-0.90x MPI against 0.24-0.65x with a header round first) and the two were
+#: even at 1 MiB (0.69-0.75x against 0.73-0.77x), so the limit stays at 1 MiB.  (Under
+#: :data:`~allreduce.algorithms.auto.DEFAULT_MODEL` ``auto`` runs recursive doubling only up
+#: to 128 KiB on 4 ranks; the limit matters to calls that name it.)
 IN_BAND_LIMIT = 1 << 20
 
 

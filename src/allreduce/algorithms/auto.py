@@ -33,16 +33,18 @@ from .ring import ring
 CANDIDATES = {"recursive_doubling": recursive_doubling, "rabenseifner": rabenseifner,
               "ring": ring}
 
-#: The model ``auto`` uses unless a program loads another: what ``make bench`` (1 KiB to
-#: 64 MiB, 4 MPI ranks) fitted, on the critical path and with a per-call overhead, on the
-#: course's 2-core reference machine on 2026-11-23 (the run before the one recorded in
-#: ``chapters/data/bench_reference.json``, whose ``auto`` rows ran with this model).
+#: The model ``auto`` uses unless a program loads another: what three ``make bench`` runs
+#: (1 KiB to 64 MiB, 4 MPI ranks, their rows pooled in ``chapters/data/bench_fit.json``)
+#: fit, on the critical path of the whole call and with a per-call overhead, on the course's
+#: 2-core reference machine, idle, on 2026-11-25: :func:`allreduce.bench.record.fit_model`
+#: of the named algorithms' rows (``auto``'s repeat them), which a test repeats.  The record,
+#: ``chapters/data/bench_reference.json``, is a later run whose ``auto`` rows ran with it.
 #: α per step includes the Python cost of a step.  Fit your own machine's with
 #: ``allreduce-bench --save-model`` and use it with :func:`load_model`.
-DEFAULT_MODEL = Model(alpha=77.6e-6, beta=1 / 1.93e9, gamma=1 / 4.73e9, overhead=48.3e-6)
+DEFAULT_MODEL = Model(alpha=30.1e-6, beta=1 / 3.20e9, gamma=1 / 5.77e9, overhead=39.1e-6)
 #: Where :data:`DEFAULT_MODEL` came from, as :func:`model_source` names it.
-DEFAULT_SOURCE = ("the committed default (auto.DEFAULT_MODEL, fitted by make bench on the "
-                  "course's reference machine, 2026-11-23)")
+DEFAULT_SOURCE = ("the committed default (auto.DEFAULT_MODEL, fitted to three make bench runs "
+                  "on the course's reference machine, 2026-11-25)")
 
 _model: Model = DEFAULT_MODEL
 _source: str = DEFAULT_SOURCE
