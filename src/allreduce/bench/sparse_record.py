@@ -74,34 +74,49 @@ def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
     return found
 
 
-def fit_local(rows: list[SparseRow]) -> dict[str, float]:
-    """The constants of :data:`allreduce.sparse.auto.LOCAL` that best predict the local time
-    the rows measured (least squares on relative error, each row's supports rebuilt from the
-    benchmark's seeded inputs).  How the reference machine's constants were found."""
+def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
+    """The constants of :data:`allreduce.sparse.auto.LOCAL` and
+    :data:`~allreduce.sparse.auto.OVERHEADS` that best predict the rows' whole calls under
+    the dense ``model`` (default: ``auto``'s): non-negative least squares on relative
+    error, each row's supports rebuilt from the benchmark's seeded inputs.  How the
+    reference machine's constants were found; returns ``{"LOCAL": …, "OVERHEADS": …}``."""
     import numpy as np
+    from scipy.optimize import nnls
 
+    from ..algorithms.auto import model as dense_model
     from ..sparse import SPARSE_ALGORITHMS, auto
     from .sparse_inputs import inputs
 
-    names = list(auto.LOCAL)
+    model = model or dense_model()
+    names = [*auto.LOCAL, *auto.OVERHEADS]
+    saved = dict(auto.LOCAL), dict(auto.OVERHEADS)
+
+    def predicted_with(constants: dict[str, float], row, counts, supports) -> float:
+        for table in (auto.LOCAL, auto.OVERHEADS):
+            table.update({key: constants.get(key, 0.0) for key in table})
+        return auto.predict(row.name, row.n, counts, 4, model, supports=supports)
+
     matrix, measured = [], []
-    for row in rows:
-        if row.name not in SPARSE_ALGORITHMS or not row.local:
-            continue
-        supports = [inputs(row.supports, r, row.ranks, row.n, row.density)[0]
-                    for r in range(row.ranks)]
-        counts = [len(s) for s in supports]
-        unions = auto.measured_unions(supports)
-        saved = dict(auto.LOCAL)
-        coefficients = []
-        for name in names:  # local_work is linear in the constants
-            auto.LOCAL.update({key: float(key == name) for key in names})
-            coefficients.append(auto.local_work(row.name, row.n, counts, unions))
-        auto.LOCAL.update(saved)
-        matrix.append(np.array(coefficients) / row.local)
-        measured.append(1.0)
-    solution, *_ = np.linalg.lstsq(np.array(matrix), np.array(measured), rcond=None)
-    return {name: float(max(value, 0.0)) for name, value in zip(names, solution)}
+    try:
+        for row in rows:
+            if row.name not in SPARSE_ALGORITHMS:
+                continue
+            supports = [inputs(row.supports, r, row.ranks, row.n, row.density)[0]
+                        for r in range(row.ranks)]
+            counts = [len(support) for support in supports]
+            fixed = predicted_with({}, row, counts, supports)  # wire and overhead alone
+            # the prediction is linear in every constant but "message", which adds to α on
+            # the critical path: its column is the prediction's growth per second of it
+            matrix.append([(predicted_with({name: 1e-6}, row, counts, supports) - fixed) / 1e-6
+                           / row.seconds for name in names])
+            measured.append((row.seconds - fixed) / row.seconds)
+    finally:
+        auto.LOCAL.update(saved[0])
+        auto.OVERHEADS.update(saved[1])
+    solution, _ = nnls(np.array(matrix), np.array(measured))
+    found = dict(zip(names, (float(value) for value in solution)))
+    return {"LOCAL": {name: found[name] for name in auto.LOCAL},
+            "OVERHEADS": {name: found[name] for name in auto.OVERHEADS}}
 
 
 def markdown(rows: list[SparseRow], supports: str) -> str:

@@ -12,9 +12,12 @@ messages (:mod:`allreduce.sparse.cost`): that is the model the benchmark checks.
 A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
 local work, which in Python dominates from about 1% density: checking the indices,
 encoding and decoding pairs, merging sorted runs (a stable sort: m·lg m), densifying and
-the dense path's presence mask.  :data:`LOCAL` holds those costs
-as fitted to the local time the benchmark measures apart
-(:func:`allreduce.sparse.vector.local_seconds`) on the course's reference machine.
+the dense path's presence mask; plus two costs that neither the dense model nor the local
+work sees, a sparse call's own (its check, one more collective) and a sparse message's
+(:data:`OVERHEADS`).  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole
+calls' times on the course's reference machine, where four ranks share two cores: a rank's
+local work delays its partners too, which the constants absorb, as the dense model's α
+absorbs a step's Python.
 """
 
 from __future__ import annotations
@@ -29,17 +32,27 @@ from ..algorithms.auto import model as dense_model
 from ..cost import Model, largest_power_of_two
 from . import cost
 from .dense import mask_bytes
+from .vector import index_dtype
 
-#: Seconds per pair encoded or decoded, per m·lg m of a merge of m pairs, per element of a
+#: Seconds per pair encoded or decoded (per element of the range for a message in the dense
+#: form), per m·lg m of a merge of m pairs, per element of a
 #: densified vector (and of the presence mask read back), per pair of a result marked in the
 #: mask and read back from the dense sum, and per pair of the call's check of its indices:
-#: fitted by :func:`allreduce.bench.sparse_record.fit_local` on a separate run on the idle
-#: reference machine (4 MPI ranks on 2 cores; uniform supports at n = 16 M, 0.01-50%, and
-#: identical and disjoint ones, 0.01-1%: ``chapters/data/sparse_bench_fit.json``), so that
-#: the committed record
-#: (``chapters/data/sparse_bench_reference.json``) tests them.  The check's share came out
-#: as nothing beside the encoding's (least squares, clipped at 0).
-LOCAL = {"code": 3.61e-9, "merge": 1.86e-9, "densify": 7.09e-9, "gather": 15.3e-9, "check": 0.0}
+#: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to a separate
+#: run on the idle reference machine (4 MPI ranks on 2 cores; uniform supports at n = 16 M,
+#: 0.01-50%, and identical and disjoint ones, 0.01-1%:
+#: ``chapters/data/sparse_bench_fit.json``), so that the committed record
+#: (``chapters/data/sparse_bench_reference.json``) tests them.  A constant the fit found
+#: no use for is 0 (non-negative least squares).
+LOCAL = {"code": 5.26e-9, "code_dense": 17.2e-9, "merge": 1.58e-9, "densify": 4.41e-9,
+         "gather": 11.8e-9, "check": 0.0}
+
+#: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``: its
+#: check's all-gather of a few integers per rank and its Python) and that every sparse
+#: message on the critical path costs beyond the dense model's α (``"message"``: encoding a
+#: header, receiving into a kept buffer of the chunk's dense size, decoding): fitted with
+#: :data:`LOCAL`.
+OVERHEADS = {"call": 575e-6, "message": 32.1e-6}
 
 
 def union(n: int, density: float, ranks: int) -> float:
@@ -65,37 +78,54 @@ def measured_unions(supports: list[np.ndarray]) -> list[float]:
     return [float(total / p) for total in totals]
 
 
-def _sort(m: float) -> float:
-    return m * math.log2(max(m, 2.0))
+def _merging(m: float) -> float:
+    """Seconds to merge sorted runs of ``m`` pairs in all (a stable sort: m·lg m)."""
+    return m * math.log2(max(m, 2.0)) * LOCAL["merge"]
 
 
 def local_work(algorithm: str, n: int, counts: list[int], unions: list[float], *,
-               dense_output: bool = False) -> float:
+               dense_output: bool = False, itemsize: int = 4) -> float:
     """Seconds of local work: ``unions[s]`` is the size of the union of ``s`` supports."""
     p, k = len(counts), max(counts)
     checked = k * LOCAL["check"]  # every call's pass over its indices
     if algorithm == "dense":
         return checked + n * LOCAL["densify"] + (
             0 if dense_output else unions[p] * LOCAL["gather"])
-    return checked + _exchanges(algorithm, k, p, counts, unions)
+
+    def coded(pairs: float, width: float) -> float:  # one message, encoded and decoded
+        return _coding(pairs, width, n, itemsize)
+
+    return checked + _exchanges(algorithm, k, p, counts, unions, coded, n)
 
 
-def _exchanges(algorithm: str, k: int, p: int, counts: list[int], unions: list[float]) -> float:
+def _coding(pairs: float, width: float, n: int, itemsize: int) -> float:
+    """Seconds to encode and decode one message of ``pairs`` pairs in a range of ``width``
+    elements: per pair, or per element of the range once :func:`~allreduce.sparse.vector.encode`
+    switches to the dense form (values and a presence bitmap)."""
+    pair_bytes = pairs * (index_dtype(int(n)).itemsize + itemsize)
+    if pair_bytes >= width * itemsize + width / 8:
+        return 2 * width * LOCAL["code_dense"]
+    return 2 * pairs * LOCAL["code"]
+
+
+def _exchanges(algorithm: str, k: int, p: int, counts: list[int], unions: list[float],
+               coded, n: int) -> float:
+    chunk = n / p
     if algorithm == "allgather":
-        return 2 * (p - 1) * k * LOCAL["code"] + _sort(sum(counts)) * LOCAL["merge"]
-    gather = 2 * (p - 1) * unions[p] / p * LOCAL["code"]  # the all-gather of chunks
+        return (p - 1) * coded(k, n) + _merging(sum(counts))
+    gather = (p - 1) * coded(unions[p] / p, chunk)  # the all-gather of finished chunks
     if algorithm == "sparse_ring":
         sizes = [unions[s] / p for s in range(1, p)]
-        merges = sum(_sort(s + k / p) for s in sizes)
-        return gather + 2 * sum(sizes) * LOCAL["code"] + merges * LOCAL["merge"]
+        merges = sum(_merging(s + k / p) for s in sizes)
+        return gather + sum(coded(size, chunk) for size in sizes) + merges
     if algorithm == "sparse_direct":
-        return gather + 2 * k * LOCAL["code"] + _sort(k) * LOCAL["merge"]
+        return gather + (p - 1) * coded(k / p, chunk) + _merging(k)
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
         held = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
             held = [k, *held, unions[p]]
-        return 2 * sum(held) * LOCAL["code"] + sum(_sort(2 * h) for h in held) * LOCAL["merge"]
+        return sum(coded(h, n) for h in held) + sum(_merging(2 * h) for h in held)
     raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
 
 
@@ -112,7 +142,8 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
     else:
         density = sum(counts) / p / n if n else 0.0
         unions = [union(n, density, s) for s in range(p + 1)]
-    local = local_work(algorithm, n, counts, unions, dense_output=dense_output)
+    local = local_work(algorithm, n, counts, unions, dense_output=dense_output,
+                       itemsize=itemsize) + OVERHEADS["call"]
     if algorithm == "dense":  # the values' allreduce, and the presence mask's
         dense_bytes = n * itemsize
         wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
@@ -120,13 +151,14 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
             mask = mask_bytes(n, p)
             wire += model.time(fastest(mask, p, model), p, mask)
         return wire + local
+    alpha = model.alpha + OVERHEADS["message"]  # a sparse message's α
     if supports is not None:
         steps = cost.schedule(algorithm, supports, n, itemsize)
-        wire = cost.critical_path(steps, model.alpha, model.beta)
+        wire = cost.critical_path(steps, alpha, model.beta)
     else:
         expected = cost.expected_terms(algorithm, n, p, max(counts), itemsize,
                                        lambda s: unions[s])
-        wire = expected.steps * model.alpha + expected.bytes * model.beta
+        wire = expected.steps * alpha + expected.bytes * model.beta
     return model.overhead + wire + local
 
 
