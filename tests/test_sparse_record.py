@@ -73,3 +73,41 @@ def test_one_formatter_prints_every_density_apart(rows):
     assert share(0.0001) == "0.01%" and share(0.001) == "0.1%" and share(0.5) == "50%"
     chapter = (ROOT / "chapters" / "75_sparse.md").read_text()
     assert "import share" in chapter and "def share" not in chapter
+
+
+def test_the_fit_recovers_known_constants():
+    """``sparse_record.fit`` (how ``auto.LOCAL`` and ``auto.OVERHEADS`` were found) gives
+    back the constants that made the times it is fitted to: rows timed by the model itself
+    under chosen constants, on the benchmark's seeded supports at small n (dense-form
+    messages at 30%, pair-form ones below), every algorithm."""
+    from allreduce.bench.sparse import SparseRow
+    from allreduce.bench.sparse_inputs import inputs
+    from allreduce.bench.sparse_record import fit
+    from allreduce.cost import Model
+    from allreduce.sparse import SPARSE_ALGORITHMS, auto
+
+    model = Model(alpha=20e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=30e-6)
+    chosen = {"LOCAL": {"code": 4e-9, "code_dense": 9e-9, "merge": 2e-9, "densify": 5e-9,
+                        "gather": 10e-9, "check": 1e-9},
+              "OVERHEADS": {"call": 400e-6, "message": 25e-6}}
+    saved = dict(auto.LOCAL), dict(auto.OVERHEADS)
+    rows = []
+    try:
+        auto.LOCAL.update(chosen["LOCAL"])
+        auto.OVERHEADS.update(chosen["OVERHEADS"])
+        for supports, n in (("uniform", 1 << 16), ("identical", 1 << 15), ("disjoint", 1 << 17)):
+            for density in (0.001, 0.01, 0.1, 0.3):
+                indices = [inputs(supports, r, 4, n, density)[0] for r in range(4)]
+                counts = [len(i) for i in indices]
+                for name in SPARSE_ALGORITHMS:
+                    seconds = auto.predict(name, n, counts, 4, model, supports=indices)
+                    rows.append(SparseRow(n, density, name, seconds, 4, max(counts), 0, 0,
+                                          None, supports))
+    finally:
+        auto.LOCAL.update(saved[0])
+        auto.OVERHEADS.update(saved[1])
+    found = fit(rows, model)
+    for table in ("LOCAL", "OVERHEADS"):
+        for name, value in chosen[table].items():
+            assert found[table][name] == pytest.approx(value, rel=0.02, abs=1e-12), (table, name)
+    assert auto.LOCAL == saved[0] and auto.OVERHEADS == saved[1]  # the fit leaves them be

@@ -164,9 +164,10 @@ def test_trace_counts_on_real_mpi(world):
 
 def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
     """allreduce-bench's timing (bench._interleaved) on real ranks: every call runs its
-    warm-up and timed iterations, the rounds take turns starting one call further along, and
-    the time kept is the slowest rank's (rank r sleeps r ms per call, so every rank must
-    report at least size - 1 ms: sleep never returns early)."""
+    warm-up and timed iterations, each round in an order shuffled afresh and the same on
+    every rank (so that no call always follows the same one), and the time kept is the
+    slowest rank's (rank r sleeps r ms per call, so every rank must report at least
+    size - 1 ms: sleep never returns early)."""
     from allreduce import bench
 
     order: list[str] = []
@@ -183,13 +184,19 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
                                  slowest=lambda t: world.allreduce(t, op=MPI.MAX))
     timed = order[3 * 2:]  # after each call's warm-up
     blocks = [7 // 5 + (i < 7 % 5) for i in range(5)]  # 2, 2, 1, 1, 1
-    expected = []
-    for index, block in enumerate(blocks):
-        shift = index % 3
-        for name in ("abc"[shift:] + "abc"[:shift]):
-            expected += [name] * block
+    rounds, at = [], 0
+    for block in blocks:  # each round runs every call once, a block of calls each
+        names = timed[at:at + 3 * block:block]
+        rounds.append("".join(names))
+        at += 3 * block
+    whole_blocks = timed == [name for r, block in zip(rounds, blocks) for name in r
+                             for _ in range(block)]
+    followers = {(r[i], r[i + 1]) for r in rounds for i in range(2)}
     nothing = bench._interleaved({}, 7, 2, barrier=world.Barrier, slowest=lambda t: t)
-    ok = (counts == {"a": 9, "b": 9, "c": 9} and timed == expected and nothing == {}
+    ok = (counts == {"a": 9, "b": 9, "c": 9} and whole_blocks and nothing == {}
+          and all(sorted(r) == list("abc") for r in rounds)
+          and len(followers) > 3  # a rotation of "abc" only ever gives ab, bc, ca
+          and len(set(world.allgather(tuple(rounds)))) == 1
           and all(s >= (world.size - 1) / 1000 for s in seconds.values())
           and len(set(world.allgather(tuple(sorted(seconds.items()))))) == 1)
     assert_on_all_ranks(world, ok, f"counts {counts}, order {timed}, seconds {seconds}")

@@ -237,7 +237,7 @@ def _sparse_main(parser, args) -> int:
     from mpi4py import MPI
 
     from ..sparse import SPARSE_ALGORITHMS
-    from .sparse import format_sparse, sparse_table
+    from .sparse import MOST_ITERATIONS, format_sparse, sparse_table
     from .sparse_inputs import SOURCES
 
     if (refusal := one_rank(MPI.COMM_WORLD.size, args.allow_one_rank)) is not None:
@@ -259,6 +259,8 @@ def _sparse_main(parser, args) -> int:
                         torch_peer=not args.no_torch)
     if MPI.COMM_WORLD.rank == 0:
         print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum; "
+              f"at least {args.iters} timed iterations per density, more (up to "
+              f"{MOST_ITERATIONS}) where the fastest sparse call is short; "
               "time = median over interleaved rounds, slowest rank; local = merging, "
               "encoding, densifying; wire = time - local; model = auto's prediction from "
               "the real supports")

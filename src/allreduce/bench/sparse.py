@@ -107,8 +107,10 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             return run
 
         names = [PEER, DENSE_RING, *algorithms]
-        seconds = _interleaved({name: call_of(name) for name in names}, iterations, warmup,
-                               barrier=comm.Barrier, slowest=lambda t: _slowest(comm, t))
+        calls = {name: call_of(name) for name in names}
+        timed = _enough(comm, [calls[name] for name in algorithms], iterations)
+        seconds = _interleaved(calls, timed, warmup, barrier=comm.Barrier,
+                               slowest=lambda t: _slowest(comm, t))
         gradient = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
         comm.Barrier()
         start = time.perf_counter()
@@ -121,7 +123,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             got = out if isinstance(out, np.ndarray) else densify(*out, n)
             wrong = int(np.sum(~np.isclose(got, reference, rtol=1e-5, atol=1e-5 * comm.size)))
             nnz = int(np.count_nonzero(got)) if isinstance(out, np.ndarray) else len(out[0])
-            mine = _timed_local(local[name], iterations, warmup) if name in local else None
+            mine = _timed_local(local[name][1:], timed, warmup) if name in local else None
             spent = None if mine is None else comm.allreduce(mine, op=MPI.MAX)
             chosen = predicted = None
             if name not in (PEER, DENSE_RING) and comm.rank == 0:
@@ -136,6 +138,27 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
         rows.append(SparseRow(n, density, TOPK, selection, comm.size, max(counts),
                               max(counts), 0, None, source))
     return rows
+
+
+#: The least time, in seconds, that the fastest sparse algorithm at a density is timed for:
+#: :func:`_enough` raises the iterations for short calls (up to :data:`MOST_ITERATIONS`), so
+#: that a call of a millisecond is not judged on five single calls.
+LEAST_TIMED = 0.05
+MOST_ITERATIONS = 50
+
+
+def _enough(comm, calls, iterations: int) -> int:
+    """The timed iterations for one density: at least ``iterations``, and enough for the
+    fastest of ``calls`` (each run once here, as a probe, slowest rank) to be timed for
+    :data:`LEAST_TIMED` seconds, at most :data:`MOST_ITERATIONS`; the same on every rank."""
+    fastest = float("inf")
+    for call in calls:
+        comm.Barrier()
+        start = time.perf_counter()
+        call()
+        fastest = min(fastest, _slowest(comm, time.perf_counter() - start))
+    wanted = int(np.ceil(LEAST_TIMED / fastest)) if fastest > 0 else iterations
+    return max(iterations, min(MOST_ITERATIONS, wanted))
 
 
 def _timed_local(per_call: list[float], iterations: int, warmup: int) -> float:

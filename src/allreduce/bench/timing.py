@@ -130,10 +130,13 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
     of the slowest rank's mean time per call in that round.
 
     The iterations are split into :data:`ROUNDS` blocks, and the rounds take turns among
-    the calls, starting one further along each time: on a shared machine whose speed
-    drifts over seconds, every call then sees the same mix of fast and slow moments,
-    whereas timing each call's iterations in one block credits the drift to whichever
-    call ran at the time.  Each block is timed after a barrier, as a whole, on every rank.
+    the calls, in an order shuffled afresh each round (the same on every rank): on a shared
+    machine whose speed drifts over seconds, every call then sees the same mix of fast and
+    slow moments, whereas timing each call's iterations in one block credits the drift to
+    whichever call ran at the time.  Shuffled rather than rotated, so that no call always
+    follows the same one: a call that frees hundreds of megabytes leaves the next to fault
+    its memory in again (the sparse benchmark measured the same algorithm 25-35% slower
+    when it always came after ``sparse_recursive_doubling`` at 50% density).  Each block is timed after a barrier, as a whole, on every rank.
     The median of the rounds, rather than their mean, keeps one round that another
     process's burst slowed from deciding the result; it applies to the peers alike.
     ``barrier()`` synchronises the ranks and ``slowest(seconds)`` is the largest over them."""
@@ -145,8 +148,8 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
         return {}
     per_call: dict[str, list[float]] = {name: [] for name in names}
     for index, block in enumerate(blocks(iterations)):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
+        order = np.random.default_rng(index).permutation(len(names))  # same on every rank
+        for name in (names[i] for i in order):
             call = calls[name]
             barrier()
             start = time.perf_counter()

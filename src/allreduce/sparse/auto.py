@@ -38,21 +38,22 @@ from .vector import index_dtype
 #: form), per m·lg m of a merge of m pairs, per element of a
 #: densified vector (and of the presence mask read back), per pair of a result marked in the
 #: mask and read back from the dense sum, and per pair of the call's check of its indices:
-#: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to a separate
-#: run on the idle reference machine (4 MPI ranks on 2 cores; uniform supports at n = 16 M,
-#: 0.01-50%, and identical and disjoint ones, 0.01-1%:
-#: ``chapters/data/sparse_bench_fit.json``), so that the committed record
-#: (``chapters/data/sparse_bench_reference.json``) tests them.  A constant the fit found
+#: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to two runs
+#: on the idle reference machine (4 MPI ranks on 2 cores; ``chapters/data/sparse_bench_fit.json``:
+#: uniform supports at n = 16 M, 0.01-50%, the course's gradients at 0.01-50%, identical
+#: and disjoint supports at 0.01-1%), so that the committed record, a later run
+#: (``chapters/data/sparse_bench_reference.json``), tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 5.26e-9, "code_dense": 17.2e-9, "merge": 1.58e-9, "densify": 4.41e-9,
-         "gather": 11.8e-9, "check": 0.0}
+LOCAL = {"code": 5.72e-9, "code_dense": 12.3e-9, "merge": 1.70e-9, "densify": 4.85e-9,
+         "gather": 11.6e-9, "check": 0.0}
 
-#: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``: its
-#: check's all-gather of a few integers per rank and its Python) and that every sparse
-#: message on the critical path costs beyond the dense model's α (``"message"``: encoding a
-#: header, receiving into a kept buffer of the chunk's dense size, decoding): fitted with
-#: :data:`LOCAL`.
-OVERHEADS = {"call": 575e-6, "message": 32.1e-6}
+#: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
+#: that every sparse message on the critical path costs beyond the dense model's α
+#: (``"message"``): what neither the wire nor the local work counts, such as the call's
+#: check (one more collective), its Python outside the timed local work, and, on the
+#: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
+#: :data:`LOCAL`; not measured apart.
+OVERHEADS = {"call": 555e-6, "message": 42.1e-6}
 
 
 def union(n: int, density: float, ranks: int) -> float:
