@@ -134,9 +134,10 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
     machine whose speed drifts over seconds, every call then sees the same mix of fast and
     slow moments, whereas timing each call's iterations in one block credits the drift to
     whichever call ran at the time.  Shuffled rather than rotated, so that no call always
-    follows the same one: a call that frees hundreds of megabytes leaves the next to fault
-    its memory in again (the sparse benchmark measured the same algorithm 25-35% slower
-    when it always came after ``sparse_recursive_doubling`` at 50% density).  Each block is timed after a barrier, as a whole, on every rank.
+    follows the same one: the sparse benchmark, rotating, measured ``auto`` 29-36% slower
+    than ``dense`` at 50% density in two runs although ``auto`` ran ``dense`` there; it
+    always came after ``sparse_recursive_doubling``, which allocates and frees hundreds of
+    megabytes.  Each block is timed after a barrier, as a whole, on every rank.
     The median of the rounds, rather than their mean, keeps one round that another
     process's burst slowed from deciding the result; it applies to the peers alike.
     ``barrier()`` synchronises the ranks and ``slowest(seconds)`` is the largest over them."""

@@ -15,8 +15,8 @@ encoding and decoding pairs, merging sorted runs (a stable sort: m·lg m), densi
 the dense path's presence mask; plus two costs that neither the dense model nor the local
 work sees, a sparse call's own (its check, one more collective) and a sparse message's
 (:data:`OVERHEADS`).  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole
-calls' times on the course's reference machine, where four ranks share two cores: a rank's
-local work delays its partners too, which the constants absorb, as the dense model's α
+calls' times on the course's reference machine, where four ranks share two cores, so they
+also absorb whatever a call spends waiting for other ranks' work, as the dense model's α
 absorbs a step's Python.
 """
 
