@@ -248,8 +248,9 @@ def agree(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...]
 #: machine (2026-11-25, 4 ranks, three runs) carrying won at every size from 1 KiB to
 #: 256 KiB (0.43-0.90x MPI against 0.24-0.65x with a header round first) and the two were
 #: even at 1 MiB (0.69-0.75x against 0.73-0.77x), so the limit stays at 1 MiB.  (Under
-#: :data:`~allreduce.algorithms.auto.DEFAULT_MODEL` ``auto`` runs recursive doubling only up
-#: to 128 KiB on 4 ranks; the limit matters to calls that name it.)
+#: :data:`~allreduce.algorithms.auto.DEFAULT_MODEL` ``auto`` runs recursive doubling on 4 ranks
+#: only below about 160 KiB, its crossover with Rabenseifner; the limit matters to calls
+#: that name recursive doubling.)
 IN_BAND_LIMIT = 1 << 20
 
 

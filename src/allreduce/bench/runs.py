@@ -1,7 +1,8 @@
 """Several runs of ``allreduce-bench`` read together: each algorithm's speed against
 ``MPI_Allreduce`` as the median and spread over the runs, and the performance targets, each
 met or missed by its median (appendix "The reference benchmark").  A ratio of one run moves
-by tens of percent on a shared machine; ratios within a run, over several runs, do not.
+by tens of percent on a shared machine; the median over several runs moves less, and the
+spread beside it says by how much.
 
 ``python -m allreduce.bench.runs A.json B.json C.json`` prints the targets of the runs that
 ``allreduce-bench --json`` wrote."""

@@ -108,7 +108,8 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
 
         names = [PEER, DENSE_RING, *algorithms]
         calls = {name: call_of(name) for name in names}
-        timed = _enough(comm, [calls[name] for name in algorithms], iterations)
+        timed = _enough(comm, [calls[name] for name in dict.fromkeys(algorithms)], iterations)
+        local.clear()  # the probes' local times are not the timed calls'
         seconds = _interleaved(calls, timed, warmup, barrier=comm.Barrier,
                                slowest=lambda t: _slowest(comm, t))
         gradient = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
@@ -123,7 +124,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             got = out if isinstance(out, np.ndarray) else densify(*out, n)
             wrong = int(np.sum(~np.isclose(got, reference, rtol=1e-5, atol=1e-5 * comm.size)))
             nnz = int(np.count_nonzero(got)) if isinstance(out, np.ndarray) else len(out[0])
-            mine = _timed_local(local[name][1:], timed, warmup) if name in local else None
+            mine = _timed_local(local[name], timed, warmup) if name in local else None
             spent = None if mine is None else comm.allreduce(mine, op=MPI.MAX)
             chosen = predicted = None
             if name not in (PEER, DENSE_RING) and comm.rank == 0:
@@ -150,7 +151,8 @@ MOST_ITERATIONS = 50
 def _enough(comm, calls, iterations: int) -> int:
     """The timed iterations for one density: at least ``iterations``, and enough for the
     fastest of ``calls`` (each run once here, as a probe, slowest rank) to be timed for
-    :data:`LEAST_TIMED` seconds, at most :data:`MOST_ITERATIONS`; the same on every rank."""
+    :data:`LEAST_TIMED` seconds, at most :data:`MOST_ITERATIONS`; the same on every rank.
+    A probe is a call's first, cold, so it can only overstate the time and ask for fewer."""
     fastest = float("inf")
     for call in calls:
         comm.Barrier()

@@ -10,7 +10,7 @@ prediction takes the real unions instead (``supports=``) and the critical path o
 messages (:mod:`allreduce.sparse.cost`): that is the model the benchmark checks.
 
 A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
-local work, which in Python dominates from about 1% density: checking the indices,
+local work, which in Python is much of a call from about 1% density: checking the indices,
 encoding and decoding pairs, merging sorted runs (a stable sort: m·lg m), densifying and
 the dense path's presence mask; plus two costs that neither the dense model nor the local
 work sees, a sparse call's own (its check, one more collective) and a sparse message's
