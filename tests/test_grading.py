@@ -915,9 +915,13 @@ def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path,
     hang = {"reduce_scatter": lambda s: _body(s, "import time\ntime.sleep(600)")}
     _variant(key, folder, "a_hangs", hang)
     _variant(key, folder, "b_hangs", hang)
+    # Ctrl-C at a terminal, where the grader gets SIGINT with its default disposition; a test
+    # run started in the background by a non-interactive shell (`make test &`) inherits
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: restore it
     grader = subprocess.Popen([venv_bin / "allreduce-grade", root / RING, folder, "--out",
                                tmp_path / "scores.csv", "--jobs", "2"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(8)  # both runs are now in the sleeping call
     assert grader.poll() is None, grader.communicate()
     interrupted = time.monotonic()
