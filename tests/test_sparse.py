@@ -62,6 +62,50 @@ def test_the_sum_equals_the_dense_sum(algorithm, p):
                         assert np.allclose(got, want, rtol=tolerance, atol=tolerance * p)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])
+def test_both_ways_of_merging_sum_left_to_right_bit_for_bit(dtype, monkeypatch):
+    """The merge sorts the pairs when they are sparse in their range and adds them into a
+    dense array of it when they are not: both give every index the sum of its values in
+    the runs' order, left to right, bit for bit (signed zeros, overflow and all), and the
+    merge switches at :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE`."""
+    from allreduce.sparse import vector
+
+    rng = np.random.default_rng(11)
+    dtype = np.dtype(dtype)
+    for _ in range(300):
+        width, p = int(rng.integers(1, 120)), int(rng.integers(2, 7))
+        runs = []
+        for _ in range(p):
+            k = int(rng.integers(1, width + 1))
+            indices = np.sort(rng.choice(width, k, replace=False)).astype(np.int64) + 7
+            if dtype.kind == "f":  # magnitudes far apart, so the order of the sum shows
+                values = rng.standard_normal(k) * 10.0 ** rng.integers(-6, 6, k)
+                values = np.where(rng.random(k) < 0.1, -0.0, values).astype(dtype)
+            else:
+                values = rng.integers(-1000, 1000, k).astype(dtype)
+            runs.append((indices, values))
+        want = {}
+        with np.errstate(over="ignore", invalid="ignore"):
+            for indices, values in runs:
+                for i, v in zip(indices.tolist(), values):
+                    want[i] = v if i not in want else dtype.type(want[i] + v)
+            lo = min(int(i[0]) for i, _ in runs)
+            hi = max(int(i[-1]) for i, _ in runs) + 1
+            ways = [vector._merge_sorted(runs), vector._merge_in_range(runs, dtype, lo, hi),
+                    vector.merge(runs, dtype)]
+        for indices, values in ways:
+            assert indices.tolist() == sorted(want) and values.dtype == dtype
+            assert values.tobytes() == np.array([want[i] for i in sorted(want)],
+                                                dtype).tobytes()
+    wide = [(np.array([0, 99]), np.ones(2)), (np.array([50]), np.ones(1))]
+    narrow = [(np.array([0, 3]), np.ones(2)), (np.array([2]), np.ones(1))]
+    assert 3 < vector.DENSE_MERGE_SHARE * 100 and 3 >= vector.DENSE_MERGE_SHARE * 4
+    calls, original = [], vector._merge_in_range
+    monkeypatch.setattr(vector, "_merge_in_range", lambda *a: calls.append(a) or original(*a))
+    vector.merge(wide, np.dtype(float)), vector.merge(narrow, np.dtype(float))
+    assert [(lo, hi) for _, _, lo, hi in calls] == [(0, 4)]
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_mean_and_dense_output(algorithm):
     p, n = 4, 100
