@@ -112,7 +112,8 @@ def test_fit_model_recovers_times_made_by_a_model():
 
 def test_sparse_benchmark_under_mpiexec(venv_bin, tmp_path):
     """allreduce-bench --sparse on 3 ranks, on uniform, identical and disjoint supports and
-    on the recorded gradients: every sparse algorithm, the two dense peers on the densified
+    on the recorded gradients: every sparse algorithm (the chunked ones with each
+    boundaries), the two dense peers on the densified
     vector, gloo's sparse all_reduce (uniform, gradients) and the Top-k selection at each
     density, with no wrong element, the nonzeros of the output (the union of the supports:
     k on identical supports, p·k on disjoint ones), the local work (less than the call), the
@@ -126,18 +127,18 @@ def test_sparse_benchmark_under_mpiexec(venv_bin, tmp_path):
                         "--json", tmp_path / "s.json"], timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads((tmp_path / "s.json").read_text())
-    from allreduce.sparse import SPARSE_ALGORITHMS
+    from allreduce.sparse import SPARSE_CHOICES
     from allreduce.sparse.samples import Samples
 
     for supports in ("uniform", "identical", "disjoint", "gradients"):
         names = {row["name"] for row in rows if row["supports"] == supports}
         peers = {"torch gloo sparse"} if supports in ("uniform", "gradients") else set()
-        assert names == {"MPI_Allreduce", "ring (densified)", *SPARSE_ALGORITHMS, "auto",
+        assert names == {"MPI_Allreduce", "ring (densified)", *SPARSE_CHOICES, "auto",
                          "Top-k selection", *peers}, supports
     assert all(row["wrong"] == 0 and row["seconds"] > 0 for row in rows)
-    sparse = [row for row in rows if row["name"] in (*SPARSE_ALGORITHMS, "auto")]
+    sparse = [row for row in rows if row["name"] in (*SPARSE_CHOICES, "auto")]
     assert all(0 < row["local"] < row["seconds"] and row["predicted"] > 0 for row in sparse)
-    assert all(row["chosen"] in SPARSE_ALGORITHMS for row in sparse if row["name"] == "auto")
+    assert all(row["chosen"] in SPARSE_CHOICES for row in sparse if row["name"] == "auto")
     for (supports, density) in {(row["supports"], row["density"]) for row in rows}:
         out = {row["nnz_out"] for row in sparse
                if (row["supports"], row["density"]) == (supports, density)}

@@ -13,7 +13,7 @@ from conftest import run_launcher
 
 from allreduce.bench import cli
 from allreduce.bench.progress import Progress
-from allreduce.sparse import SPARSE_ALGORITHMS
+from allreduce.sparse import SPARSE_CHOICES
 
 SMALL = ["-b", "1K", "-e", "4K", "-f", "4", "-a", "ring", "-n", "1", "-w", "0", "--no-torch"]
 
@@ -45,7 +45,7 @@ def test_sparse_help_shows_the_sparse_options(venv_bin):
         assert option in sparse and option not in dense
     for option in ("-b", "-o", "-d", "--csv", "--plot", "--save-model"):
         assert option in dense and option not in sparse
-    every = ",".join([*SPARSE_ALGORITHMS, "auto"])
+    every = ",".join([*SPARSE_CHOICES, "auto"])
     assert cli._parser(True).get_default("algorithms") == every
     assert "(default: dense," in sparse["-a"]
     shown = subprocess.run([venv_bin / "allreduce-bench", "--sparse", "--help"],

@@ -81,12 +81,13 @@ def _parser(sparse: bool):
             "-m allreduce.bench`.  `allreduce-bench --sparse --help` lists the sparse "
             "benchmark's options."))
     if sparse:
-        from ..sparse import SPARSE_ALGORITHMS
+        from ..sparse import SPARSE_CHOICES
 
         parser.add_argument("--sparse", action="store_true",
                             help="benchmark the sparse allreduce (under mpiexec)")
-        parser.add_argument("-a", "--algorithms", default=",".join([*SPARSE_ALGORITHMS, "auto"]),
-                            help="comma-separated sparse algorithms, or 'all'")
+        parser.add_argument("-a", "--algorithms", default=",".join([*SPARSE_CHOICES, "auto"]),
+                            help="comma-separated sparse algorithms (name:nonzeros cuts a "
+                                 "chunked one's range at equal nonzeros), or 'all'")
         parser.add_argument("--count", default="16M", help="dense length n of the vectors")
         parser.add_argument("--densities", default="0.0001,0.001,0.01,0.1,0.5",
                             help="comma-separated densities (fractions of n)")
@@ -236,19 +237,19 @@ def _sparse_main(parser, args) -> int:
 
     from mpi4py import MPI
 
-    from ..sparse import SPARSE_ALGORITHMS
+    from ..sparse import SPARSE_CHOICES
     from .sparse import MOST_ITERATIONS, format_sparse, sparse_table
     from .sparse_inputs import SOURCES
 
     if (refusal := one_rank(MPI.COMM_WORLD.size, args.allow_one_rank)) is not None:
         print(refusal, file=sys.stderr)
         return 2
-    names = [*SPARSE_ALGORITHMS, "auto"] if args.algorithms == "all" \
+    names = [*SPARSE_CHOICES, "auto"] if args.algorithms == "all" \
         else args.algorithms.split(",")
-    unknown = [a for a in names if a not in (*SPARSE_ALGORITHMS, "auto")]
+    unknown = [a for a in names if a not in (*SPARSE_CHOICES, "auto")]
     if unknown:
         parser.error(f"unknown sparse algorithm(s) {', '.join(unknown)}; known: "
-                     f"{', '.join(SPARSE_ALGORITHMS)}, auto")
+                     f"{', '.join(SPARSE_CHOICES)}, auto")
     densities = [float(d) for d in args.densities.split(",")]
     supports = tuple(args.supports.split(","))
     unknown = [s for s in supports if s not in SOURCES]

@@ -81,6 +81,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
     from ..api import allreduce
     from ..sparse import auto, sparse_allreduce
     from ..sparse.compression import topk
+    from ..sparse.layout import CHUNKED, chunk_counts
     from ..sparse.vector import densify, local_seconds
 
     rows = []
@@ -100,9 +101,14 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
                 out = np.empty_like(dense)
                 return lambda: results.__setitem__(name, allreduce(dense, comm, "ring", out=out))
 
+            algorithm, boundaries = auto.parse(name)
+            if algorithm not in CHUNKED:
+                boundaries = None  # auto chooses them; the others take none
+
             def run():
                 before = local_seconds()
-                results[name] = sparse_allreduce(indices, values, n, comm, algorithm=name)
+                results[name] = sparse_allreduce(indices, values, n, comm, algorithm=algorithm,
+                                                 boundaries=boundaries)
                 local.setdefault(name, []).append(local_seconds() - before)
             return run
 
@@ -129,8 +135,14 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             chosen = predicted = None
             if name not in (PEER, DENSE_RING) and comm.rank == 0:
                 model = dense_model()
-                chosen = auto.choose(n, counts, 4, model, _exact()) if name == "auto" else name
-                predicted = auto.predict(chosen, n, counts, 4, model, supports=everyone)
+                chosen = name
+                if name == "auto":
+                    loads = [chunk_counts(support, n, comm.size) for support in everyone]
+                    chosen = auto.label(*auto.choose(n, counts, 4, model, _exact(),
+                                                     loads=loads))
+                algorithm, boundaries = auto.parse(chosen)
+                predicted = auto.predict(algorithm, n, counts, 4, model, boundaries=boundaries,
+                                         supports=everyone)
             _idle_barrier(comm)  # the others sleep while rank 0 replays the real supports
             chosen, predicted = comm.bcast((chosen, predicted))
             rows.append(SparseRow(n, density, name, seconds[name], comm.size, max(counts), nnz,
@@ -232,10 +244,10 @@ def format_sparse(rows: list[SparseRow]) -> str:
     """The rows as a table: supports, size, density, pairs in and out, time, local work
     and wire, the model's prediction and its error, speed-up over the dense ring on the
     densified vector, and #wrong."""
-    lines = [f"{'supports':>9} {'count':>9} {'density':>8} {'algorithm':>25} {'nnz in':>8} "
+    lines = [f"{'supports':>9} {'count':>9} {'density':>8} {'algorithm':>30} {'nnz in':>8} "
              f"{'nnz out':>9} {'time':>9} {'local':>8} {'wire':>8} {'model':>8} "
              f"{'error':>7} {'vs ring':>8} {'#wrong':>6}",
-             f"{'':>9} {'(elems)':>9} {'':>8} {'':>25} {'(rank)':>8} {'':>9} "
+             f"{'':>9} {'(elems)':>9} {'':>8} {'':>30} {'(rank)':>8} {'':>9} "
              f"{'(ms)':>9} {'(ms)':>8} {'(ms)':>8} {'(ms)':>8} {'':>7} {'(x)':>8} {'':>6}"]
 
     def ms(value):
@@ -246,7 +258,7 @@ def format_sparse(rows: list[SparseRow]) -> str:
         wire = row.seconds - row.local if row.local is not None else None
         error = (f"{row.predicted / row.seconds - 1:>+7.0%}" if row.predicted is not None
                  else f"{'':>7}")
-        lines.append(f"{row.supports:>9} {row.n:>9} {row.density:>8.2%} {name:>25} "
+        lines.append(f"{row.supports:>9} {row.n:>9} {row.density:>8.2%} {name:>30} "
                      f"{row.nnz_in:>8} {row.nnz_out:>9} {row.seconds * 1e3:>9.2f} "
                      f"{ms(row.local)} {ms(wire)} {ms(row.predicted)} {error} "
                      f"{row.vs_ring:>7.2f}x {row.wrong:>6}")

@@ -29,9 +29,19 @@ def share(x: float) -> str:
     return f"{x:.2%}" if x < 0.001 else f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
 
 
+def fastest_exact(rows: list[SparseRow], row: SparseRow) -> SparseRow:
+    """The fastest exact choice (an algorithm with its boundaries) at ``row``'s supports and
+    density."""
+    from ..sparse import SPARSE_CHOICES
+
+    return min((other for other in rows if other.name in SPARSE_CHOICES
+                and (other.supports, other.density) == (row.supports, row.density)),
+               key=lambda other: other.seconds)
+
+
 def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
     """The targets of the sparse allreduce, from one run's rows: ``(what, met)``."""
-    from ..sparse import SPARSE_ALGORITHMS
+    from ..sparse import SPARSE_CHOICES
 
     found = []
     have = {(row.supports, row.density) for row in rows}
@@ -65,11 +75,10 @@ def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
                     for row in gloo)
         found.append((f"`auto` at least 2x torch gloo's sparse `all_reduce` at every density "
                       f"({worst:.2f}x at worst)", worst >= 2))
-    ratios = [min(_pick(rows, row.supports, row.density, name).seconds
-                  for name in SPARSE_ALGORITHMS) / row.seconds for row in autos]
+    ratios = [fastest_exact(rows, row).seconds / row.seconds for row in autos]
     found.append((f"`auto` within 10% of the fastest exact algorithm at every density "
                   f"(at worst {min(ratios):.2f}x the fastest's speed)", min(ratios) >= 0.9))
-    exact = [row for row in rows if row.name in SPARSE_ALGORITHMS and row.n >= 1 << 20]
+    exact = [row for row in rows if row.name in SPARSE_CHOICES and row.n >= 1 << 20]
     errors = [row.predicted / row.seconds - 1 for row in exact]
     within = sum(abs(error) <= 0.3 for error in errors)
     found.append((f"the model within 30% on at least 7 in 8 of the exact algorithms' rows at "
@@ -88,7 +97,7 @@ def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
     from scipy.optimize import nnls
 
     from ..algorithms.auto import model as dense_model
-    from ..sparse import SPARSE_ALGORITHMS, auto
+    from ..sparse import SPARSE_CHOICES, auto
     from .sparse_inputs import inputs
 
     model = model or dense_model()
@@ -98,12 +107,14 @@ def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
     def predicted_with(constants: dict[str, float], row, counts, supports) -> float:
         for table in (auto.LOCAL, auto.OVERHEADS):
             table.update({key: constants.get(key, 0.0) for key in table})
-        return auto.predict(row.name, row.n, counts, 4, model, supports=supports)
+        algorithm, boundaries = auto.parse(row.name)
+        return auto.predict(algorithm, row.n, counts, 4, model, boundaries=boundaries,
+                            supports=supports)
 
     matrix, measured = [], []
     try:
         for row in rows:
-            if row.name not in SPARSE_ALGORITHMS:
+            if row.name not in SPARSE_CHOICES:
                 continue
             supports = [inputs(row.supports, r, row.ranks, row.n, row.density)[0]
                         for r in range(row.ranks)]
@@ -126,11 +137,11 @@ def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
 def markdown(rows: list[SparseRow], supports: str) -> str:
     """One kind of support as a table: each algorithm's time against the dense ring's, and
     its local share, density by density."""
-    from ..sparse import SPARSE_ALGORITHMS
+    from ..sparse import SPARSE_CHOICES
 
     mine = [row for row in rows if row.supports == supports]
     densities = sorted({row.density for row in mine})
-    names = ["MPI_Allreduce", *SPARSE_ALGORITHMS, "auto", GLOO]
+    names = ["MPI_Allreduce", *SPARSE_CHOICES, "auto", GLOO]
     names = [name for name in names if any(row.name == name for row in mine)]
     lines = ["| density | dense ring (ms) | " + " | ".join(names) + " | Top-k selection (ms) |",
              "|---" * (len(names) + 3) + "|"]

@@ -26,6 +26,7 @@ from .allgather import allgather
 from .check import _is_torch_sparse, agree, as_torch, describe
 from .chunks import BOUNDARIES
 from .dense import dense
+from .layout import CHUNKED
 from .sparse_direct import sparse_direct
 from .sparse_recursive_doubling import sparse_recursive_doubling
 from .sparse_ring import sparse_ring
@@ -35,12 +36,16 @@ from .vector import densify, index_dtype
 _REGISTRY = {"dense": dense, "allgather": allgather, "sparse_ring": sparse_ring,
              "sparse_direct": sparse_direct,
              "sparse_recursive_doubling": sparse_recursive_doubling}
-_CHUNKED = ("sparse_ring", "sparse_direct")  # the algorithms that take ``boundaries``
 
 #: The exact sparse algorithms, for a test (or a benchmark) to loop over.
 SPARSE_ALGORITHMS: tuple[str, ...] = tuple(_REGISTRY)
 
-__all__ = ["BOUNDARIES", "SPARSE_ALGORITHMS", "TopkResult", "sparse_allreduce",
+#: What ``auto`` chooses among: each exact algorithm with each boundaries it takes, named
+#: as :func:`allreduce.sparse.auto.label` names them (``sparse_direct:nonzeros``).
+SPARSE_CHOICES: tuple[str, ...] = tuple(auto.label(*option)
+                                        for option in auto.options(SPARSE_ALGORITHMS))
+
+__all__ = ["BOUNDARIES", "SPARSE_ALGORITHMS", "SPARSE_CHOICES", "TopkResult", "sparse_allreduce",
            "topk_allreduce"]
 
 
@@ -51,26 +56,29 @@ def _model_bits(model) -> tuple[int, ...]:
 
 def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "auto",
                      op: str = "sum", *, dense_output: bool = False,
-                     boundaries: str = "length"):
+                     boundaries: str | None = None):
     """Sum the sparse vectors ``(indices, values)`` of length ``n`` over every rank of
     ``comm``; ``op`` is ``"sum"`` or ``"mean"`` (``"avg"``).  Returns ``(indices, values)``
     on the union of the ranks' supports, or the dense sum when ``dense_output``; for a torch
     sparse tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).
     ``boundaries`` (``"length"`` or ``"nonzeros"``) is how ``sparse_ring`` and
-    ``sparse_direct`` cut the index range.  The caller's arrays are never modified."""
+    ``sparse_direct`` cut the index range; by default ``auto`` chooses it with the
+    algorithm, and an algorithm named cuts equal lengths.  The caller's arrays are never
+    modified."""
     if _is_torch_sparse(indices) and comm is None:
         comm, values = values, None
     communicator = as_communicator(comm)
     names = (*SPARSE_ALGORITHMS, "auto")
     call = describe(indices, values, n, op, algorithm, names, boundaries)
     model = auto_model()
-    counts = agree(communicator, call, names, _model_bits(model))
+    loads = agree(communicator, call, names, _model_bits(model))
     n, values = call.n, call.values
     chosen = call.algorithm
     if chosen == "auto":
-        chosen = auto.choose(n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS,
-                             dense_output=dense_output)
-    options = {"boundaries": boundaries} if chosen in _CHUNKED else {}
+        chosen, boundaries = auto.choose(n, [sum(row) for row in loads], values.dtype.itemsize,
+                                         model, SPARSE_ALGORITHMS, dense_output=dense_output,
+                                         loads=loads, boundaries=boundaries)
+    options = {"boundaries": boundaries or "length"} if chosen in CHUNKED else {}
     full = result = None
     if communicator.size == 1:
         result = (call.indices, values.copy())

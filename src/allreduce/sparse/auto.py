@@ -1,23 +1,27 @@
-"""``auto`` for the sparse allreduce: the algorithm with the smallest predicted time
-(chapter "Sparse allreduce").
+"""``auto`` for the sparse allreduce: the algorithm, and for a chunked one the boundaries
+(equal lengths or equal nonzeros), with the smallest predicted time (chapter "Sparse
+allreduce").
 
 The fill-in is not known before the data moves, so ``auto`` predicts with an estimator that
-every rank can compute from what the call's check already gathered, the ranks' pair counts:
-**independent supports**, the union of ``s`` ranks' supports of density ``d`` being
-``n·(1 − (1 − d)^s)``.  Every rank has the same counts and (checked) the same model, so every
-rank chooses the same.  Where the supports are known (the benchmark, the chapter), the same
+every rank can compute from what the call's check already gathered, each rank's pairs in
+each of ``p`` equal-length chunks: **independent supports** inside a chunk, the union of
+``s`` ranks' supports of density ``d`` in a chunk of ``w`` elements being
+``w·(1 − (1 − d)^s)`` (:mod:`allreduce.sparse.layout`), so a chunk that holds most pairs
+shows, and so does what cutting equal nonzeros would save.  Every rank has the same counts
+and (checked) the same model, so every rank chooses the same.  Where the supports are known (the benchmark, the chapter), the same
 prediction takes the real unions instead (``supports=``) and the critical path of the real
 messages (:mod:`allreduce.sparse.cost`): that is the model the benchmark checks.
 
 A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
 local work, which in Python is much of a call from about 1% density: checking the indices,
-encoding and decoding pairs, merging sorted runs (a stable sort: m·lg m), densifying and
+encoding and decoding pairs, merging sorted runs (a stable sort, m·lg m, or a dense sum
+over their range), densifying and
 the dense path's presence mask; plus two costs that neither the dense model nor the local
 work sees, a sparse call's own (its check, one more collective) and a sparse message's
 (:data:`OVERHEADS`).  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole
 calls' times on the course's reference machine, where four ranks share two cores, so they
 also absorb whatever a call spends waiting for other ranks' work, as the dense model's α
-absorbs a step's Python.
+absorbs a step's Python.  The local work counted is the busiest rank's.
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ import numpy as np
 from ..algorithms.auto import describe_model, fastest, model_source
 from ..algorithms.auto import model as dense_model
 from ..cost import Model, largest_power_of_two
-from . import cost
+from . import cost, layout
+from .chunks import BOUNDARIES
 from .dense import mask_bytes
-from .vector import index_dtype
+from .layout import CHUNKED, Layout
+from .vector import DENSE_MERGE_SHARE, index_dtype
 
-#: Seconds per pair encoded or decoded (per element of the range for a message in the dense
-#: form), per m·lg m of a merge of m pairs, per element of a
+#: Seconds per pair encoded, or decoded (per element of the range for a message in the
+#: dense form), per m·lg m of a merge of m pairs that sorts, per element of the range and
+#: pair of a merge that sums densely, per element of a
 #: densified vector (and of the presence mask read back), per pair of a result marked in the
 #: mask and read back from the dense sum, and per pair of the call's check of its indices:
 #: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to two runs
@@ -44,8 +51,8 @@ from .vector import index_dtype
 #: and disjoint supports at 0.01-1%), so that the committed record, a later run
 #: (``chapters/data/sparse_bench_reference.json``), tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 5.72e-9, "code_dense": 12.3e-9, "merge": 1.70e-9, "densify": 4.85e-9,
-         "gather": 11.6e-9, "check": 0.0}
+LOCAL = {"code": 11.4e-9, "code_dense": 24.6e-9, "merge": 1.70e-9, "merge_dense": 4e-9,
+         "densify": 4.85e-9, "gather": 11.6e-9, "check": 0.0}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -79,115 +86,190 @@ def measured_unions(supports: list[np.ndarray]) -> list[float]:
     return [float(total / p) for total in totals]
 
 
-def _merging(m: float) -> float:
-    """Seconds to merge sorted runs of ``m`` pairs in all (a stable sort: m·lg m)."""
+def _merging(m: float, width: float) -> float:
+    """Seconds to merge sorted runs of ``m`` pairs in all in a range of ``width`` elements:
+    a stable sort (m·lg m), or a dense sum over the range once the pairs fill
+    :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of it (as the merge does)."""
+    if m >= DENSE_MERGE_SHARE * width:
+        return (width + m) * LOCAL["merge_dense"]
     return m * math.log2(max(m, 2.0)) * LOCAL["merge"]
 
 
-def local_work(algorithm: str, n: int, counts: list[int], unions: list[float], *,
-               dense_output: bool = False, itemsize: int = 4) -> float:
-    """Seconds of local work: ``unions[s]`` is the size of the union of ``s`` supports."""
+def _coding(pairs: float, width: float, pair_size: int, itemsize: int) -> float:
+    """Seconds to encode, or to decode, one message of ``pairs`` pairs of ``pair_size``
+    bytes in a range of ``width`` elements: per pair, or per element of the range once
+    :func:`~allreduce.sparse.vector.encode` switches to the dense form (values and a
+    presence bitmap)."""
+    if pairs * pair_size >= width * itemsize + width / 8:
+        return width * LOCAL["code_dense"]
+    return pairs * LOCAL["code"]
+
+
+def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
+               layout: Layout | None = None, *, dense_output: bool = False,
+               itemsize: int = 4) -> float:
+    """Seconds of local work on the busiest rank: ``unions[s]`` is the size of the union of
+    ``s`` supports; ``layout`` what the chunked algorithms' messages hold."""
     p, k = len(counts), max(counts)
     checked = k * LOCAL["check"]  # every call's pass over its indices
+    pair_size = index_dtype(int(n)).itemsize + itemsize
+
+    def code(pairs: float, width: float) -> float:
+        return _coding(pairs, width, pair_size, itemsize)
+
     if algorithm == "dense":
         return checked + n * LOCAL["densify"] + (
             0 if dense_output else unions[p] * LOCAL["gather"])
-
-    def coded(pairs: float, width: float) -> float:  # one message, encoded and decoded
-        return _coding(pairs, width, n, itemsize)
-
-    return checked + _exchanges(algorithm, k, p, counts, unions, coded, n)
-
-
-def _coding(pairs: float, width: float, n: int, itemsize: int) -> float:
-    """Seconds to encode and decode one message of ``pairs`` pairs in a range of ``width``
-    elements: per pair, or per element of the range once :func:`~allreduce.sparse.vector.encode`
-    switches to the dense form (values and a presence bitmap)."""
-    pair_bytes = pairs * (index_dtype(int(n)).itemsize + itemsize)
-    if pair_bytes >= width * itemsize + width / 8:
-        return 2 * width * LOCAL["code_dense"]
-    return 2 * pairs * LOCAL["code"]
-
-
-def _exchanges(algorithm: str, k: int, p: int, counts: list[int], unions: list[float],
-               coded, n: int) -> float:
-    chunk = n / p
-    if algorithm == "allgather":
-        return (p - 1) * coded(k, n) + _merging(sum(counts))
-    gather = (p - 1) * coded(unions[p] / p, chunk)  # the all-gather of finished chunks
-    if algorithm == "sparse_ring":
-        sizes = [unions[s] / p for s in range(1, p)]
-        merges = sum(_merging(s + k / p) for s in sizes)
-        return gather + sum(coded(size, chunk) for size in sizes) + merges
-    if algorithm == "sparse_direct":
-        return gather + (p - 1) * coded(k / p, chunk) + _merging(k)
+    if algorithm == "allgather":  # encode its own block once, decode the others', merge all
+        return checked + sum(code(c, n) for c in counts) + _merging(sum(counts), n)
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
         held = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
             held = [k, *held, unions[p]]
-        return sum(coded(h, n) for h in held) + sum(_merging(2 * h) for h in held)
-    raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
+        return checked + sum(2 * code(h, n) + _merging(2 * h, n) for h in held)
+    if algorithm not in CHUNKED:
+        raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
+    widths, pieces = layout.widths.tolist(), layout.pieces.tolist()
+    ring, finished = layout.ring.tolist(), layout.finished.tolist()
+    # the all-gather: each rank encodes its finished chunk once and decodes every other
+    gathered = sum(code(finished[c], widths[c]) for c in range(p))
+    busiest = 0.0
+    for r in range(p):
+        work = gathered
+        if algorithm == "sparse_direct":  # its pieces out, the others' pieces of its chunk in
+            work += sum(code(pieces[r][c], widths[c]) for c in range(p) if c != r)
+            work += sum(code(pieces[q][r], widths[r]) for q in range(p) if q != r)
+            work += _merging(sum(pieces[q][r] for q in range(p)), widths[r])
+        else:  # in step s it sends chunk r − s − 1 and merges chunk r − s − 2 from the left
+            for s in range(p - 1):
+                sent, received = (r - s - 1) % p, (r - s - 2) % p
+                incoming = ring[s][(r - 1) % p]
+                work += code(ring[s][r], widths[sent]) + code(incoming, widths[received])
+                work += _merging(incoming + pieces[r][received], widths[received])
+        busiest = max(busiest, work)
+    return checked + busiest
 
 
 def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
-            dense_output: bool = False, supports: list[np.ndarray] | None = None) -> float:
-    """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r``: from the
-    independent-supports estimator, or from the real ``supports`` when given.  (With
-    ``dense_output``, ``dense`` needs neither the presence mask nor the gather.)"""
+            boundaries: str = "length", loads=None, dense_output: bool = False,
+            supports: list[np.ndarray] | None = None) -> float:
+    """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r``: expected from
+    ``loads[r][c]``, rank ``r``'s pairs in equal-length chunk ``c`` (by default the pairs
+    spread evenly), or from the real ``supports`` when given.  ``boundaries`` is how a
+    chunked algorithm cuts the range.  (With ``dense_output``, ``dense`` needs neither the
+    presence mask nor the gather.)"""
     p = len(counts)
     if p == 1:
         return 0.0
+    chunked = algorithm in CHUNKED
     if supports is not None:
         unions = measured_unions(supports)
+        shape = layout.from_supports(supports, n, boundaries) if chunked else None
     else:
-        density = sum(counts) / p / n if n else 0.0
-        unions = [union(n, density, s) for s in range(p + 1)]
-    local = local_work(algorithm, n, counts, unions, dense_output=dense_output,
+        loads = [[count / p] * p for count in counts] if loads is None else loads
+        unions = layout.window_unions(loads, n)
+        shape = layout.expected(loads, n, boundaries) if chunked else None
+    return _predict(algorithm, n, counts, itemsize, model, unions, shape, dense_output,
+                    supports)
+
+
+def _predict(algorithm, n, counts, itemsize, model, unions, shape, dense_output,
+             supports=None) -> float:
+    local = local_work(algorithm, n, counts, unions, shape, dense_output=dense_output,
                        itemsize=itemsize) + OVERHEADS["call"]
-    if algorithm == "dense":  # the values' allreduce, and the presence mask's
-        dense_bytes = n * itemsize
-        wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
-        if not dense_output:
-            mask = mask_bytes(n, p)
-            wire += model.time(fastest(mask, p, model), p, mask)
-        return wire + local
+    if algorithm == "dense":
+        return _dense_wire(n, len(counts), itemsize, model, dense_output) + local
     alpha = model.alpha + OVERHEADS["message"]  # a sparse message's α
-    if supports is not None:
+    if shape is not None:
+        wire = cost.critical_path(cost.chunked_steps(algorithm, shape, itemsize), alpha,
+                                  model.beta)
+    elif supports is not None:
         steps = cost.schedule(algorithm, supports, n, itemsize)
         wire = cost.critical_path(steps, alpha, model.beta)
     else:
-        expected = cost.expected_terms(algorithm, n, p, max(counts), itemsize,
+        expected = cost.expected_terms(algorithm, n, len(counts), max(counts), itemsize,
                                        lambda s: unions[s])
         wire = expected.steps * alpha + expected.bytes * model.beta
     return model.overhead + wire + local
 
 
+@functools.lru_cache(maxsize=256)
+def _dense_wire(n: int, p: int, itemsize: int, model: Model, dense_output: bool) -> float:
+    """The dense path's time on the wire: the values' allreduce, and the presence mask's."""
+    dense_bytes = n * itemsize
+    wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
+    if not dense_output:
+        mask = mask_bytes(n, p)
+        wire += model.time(fastest(mask, p, model), p, mask)
+    return wire
+
+
+def options(candidates, boundaries: str | None = None) -> list[tuple[str, str]]:
+    """Each candidate with each way it may cut the range: both for a chunked algorithm,
+    unless the caller named ``boundaries``."""
+    return [(name, cut) for name in candidates
+            for cut in ((boundaries,) if boundaries else BOUNDARIES if name in CHUNKED
+                        else ("length",))]
+
+
 def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
-           dense_output: bool = False) -> str:
-    """The candidate with the smallest :func:`predict` (ties to the one listed first),
-    remembered: Top-k sends the same counts every step, and the predictions cost about
-    as much as a small call's messages."""
-    return _choose(n, tuple(counts), itemsize, model, tuple(candidates), dense_output)
+           dense_output: bool = False, loads=None,
+           boundaries: str | None = None) -> tuple[str, str]:
+    """The candidate, and the boundaries it cuts with, of the smallest :func:`predict`
+    (ties to the one listed first, equal lengths first), from ``loads`` rounded to
+    quarter powers of two (at most 9% off) and remembered: a training loop's Top-k steps
+    send pairs per chunk that move a little from step to step, and a choice costs about as
+    much as a small call's messages."""
+    p = len(counts)
+    loads = [[count / p] * p for count in counts] if loads is None else loads
+    coarse = tuple(tuple(_rounded(x) for x in row) for row in loads)
+    return _choose(n, coarse, itemsize, model, tuple(candidates), dense_output, boundaries)
+
+
+def _rounded(x: float) -> float:
+    return 0.0 if x <= 0 else float(2 ** (round(4 * math.log2(x)) / 4))
 
 
 @functools.lru_cache(maxsize=1024)
-def _choose(n, counts, itemsize, model, candidates, dense_output) -> str:
-    return min(candidates, key=lambda name: predict(name, n, list(counts), itemsize, model,
-                                                    dense_output=dense_output))
+def _choose(n, loads, itemsize, model, candidates, dense_output, boundaries):
+    counts = [sum(row) for row in loads]
+    unions = layout.window_unions(loads, n)
+    shapes = {cut: layout.expected(loads, n, cut) for cut in BOUNDARIES}
+    return min(options(candidates, boundaries), key=lambda option: _predict(
+        option[0], n, counts, itemsize, model, unions,
+        shapes[option[1]] if option[0] in CHUNKED else None, dense_output))
 
 
 def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool = False,
-            candidates=None) -> str:
+            candidates=None, loads=None) -> str:
     """What the sparse ``auto`` would run for ``counts[r]`` pairs on rank ``r`` of a vector
-    of length ``n``: each exact algorithm's predicted time, the choice, and the model behind
-    it with where it came from (the dense ``auto``'s, :func:`allreduce.auto.explain`)."""
+    of length ``n`` (``loads[r][c]`` of them in equal-length chunk ``c``, by default spread
+    evenly): each exact algorithm's predicted time with each boundaries, the choice, and the
+    model behind it with where it came from (the dense ``auto``'s,
+    :func:`allreduce.auto.explain`)."""
     if candidates is None:
         from . import SPARSE_ALGORITHMS as candidates
     model = dense_model()
-    times = {name: predict(name, n, list(counts), itemsize, model, dense_output=dense_output)
-             for name in candidates}
-    chosen = choose(n, counts, itemsize, model, candidates, dense_output=dense_output)
-    listing = ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items())
-    return (f"sparse auto on {len(counts)} ranks, n = {n}, {sum(counts)} pairs in all: {chosen} "
-            f"(predicted: {listing})\nmodel: {describe_model(model)}\nfrom {model_source()}")
+    times = {option: predict(option[0], n, list(counts), itemsize, model, boundaries=option[1],
+                             loads=loads, dense_output=dense_output)
+             for option in options(candidates)}
+    chosen, cut = choose(n, counts, itemsize, model, candidates, dense_output=dense_output,
+                         loads=loads)
+    listing = ", ".join(f"{label(*option)} {t * 1e3:.3f} ms" for option, t in times.items())
+    return (f"sparse auto on {len(counts)} ranks, n = {n}, {sum(counts)} pairs in all: "
+            f"{label(chosen, cut)} (predicted: {listing})\nmodel: {describe_model(model)}\n"
+            f"from {model_source()}")
+
+
+def label(algorithm: str, boundaries: str = "length") -> str:
+    """How a choice is named (in :func:`explain`, the benchmark's rows and ``-a``):
+    ``sparse_direct``, or ``sparse_direct:nonzeros`` when it cuts chunks of equal
+    nonzeros."""
+    return algorithm if boundaries == "length" else f"{algorithm}:{boundaries}"
+
+
+def parse(name: str) -> tuple[str, str]:
+    """The algorithm and boundaries a :func:`label` names."""
+    algorithm, _, boundaries = name.partition(":")
+    return algorithm, boundaries or "length"

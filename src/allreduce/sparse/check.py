@@ -1,7 +1,8 @@
 """Checking a sparse allreduce on every rank: each rank checks its own arguments, then one
-all-gather of a few integers per rank (which also gives every rank the others' pair counts,
-for ``auto``) tells every rank whether all calls are valid and agree; if not, every rank
-raises the same error, naming each rank's values, before any data moves."""
+all-gather of a few integers per rank (which also gives every rank the others' pair counts
+in each of ``p`` equal-length chunks, for ``auto``) tells every rank whether all calls are
+valid and agree; if not, every rank raises the same error, naming each rank's values, before
+any data moves."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..comm import Communicator
 from ..ops import DTYPES, check_op_for_dtype
 from ..validation import _index, _problem_code, raise_on_every_rank
 from .chunks import BOUNDARIES
+from .layout import chunk_counts
 from .vector import timed
 
 SPARSE_OPS = ("sum", "mean")
@@ -33,13 +35,17 @@ class SparseCall:
     torch: bool = False
     problem: Exception | None = field(default=None, repr=False)
 
-    def row(self, algorithms: tuple[str, ...], model_bits: tuple[int, ...]) -> np.ndarray:
+    def row(self, algorithms: tuple[str, ...], model_bits: tuple[int, ...],
+            p: int) -> np.ndarray:
+        """What the check gathers: the call's fields, then this rank's pairs in each of
+        ``p`` equal-length chunks (-1 where the call is bad)."""
         code = _problem_code(self.problem)
         dtype = -1 if self.values is None else _index(DTYPES, self.values.dtype.name)
-        count = -1 if self.indices is None else len(self.indices)
+        loads = ([-1] * p if self.problem is not None or self.indices is None
+                 else chunk_counts(self.indices, self.n, p))
         return np.array([code, self.n, dtype, _index(SPARSE_OPS, self.op),
                          _index(algorithms, self.algorithm), _index(BOUNDARIES, self.boundaries),
-                         self.k, *model_bits, count], np.int64)
+                         self.k, *model_bits, *loads], np.int64)
 
     def fields(self) -> dict[str, object]:
         return {"dense length n": self.n, "dtype": None if self.values is None else
@@ -95,9 +101,9 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
         if algorithm not in algorithms:
             raise ValueError(f"unknown sparse algorithm {algorithm!r}; choose one of "
                              f"{', '.join(algorithms)}")
-        if boundaries not in BOUNDARIES:
-            raise ValueError(f"boundaries must be one of {', '.join(BOUNDARIES)}, got "
-                             f"{boundaries!r}")
+        if boundaries is not None and boundaries not in BOUNDARIES:
+            raise ValueError(f"boundaries must be one of {', '.join(BOUNDARIES)} (or None: "
+                             f"auto's choice), got {boundaries!r}")
     except (TypeError, ValueError) as problem:
         call.problem = problem
     except Exception as problem:  # anything unforeseen is still reported on every rank
@@ -106,13 +112,14 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
 
 
 def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
-          model_bits: tuple[int, ...], caller: str = "sparse_allreduce") -> list[int]:
-    """Every rank's pair count, once every rank's call is valid and the calls agree on n,
-    dtype, op, algorithm, boundaries, k and cost model; otherwise the same error on every
-    rank."""
-    table = comm.allgather_ints(call.row(algorithms, model_bits))
-    if not table[:, 0].any() and (table[:, :-1] == table[0, :-1]).all():
-        return [int(count) for count in table[:, -1]]
+          model_bits: tuple[int, ...], caller: str = "sparse_allreduce") -> list[list[int]]:
+    """Every rank's pairs in each of the ``p`` equal-length chunks (``loads[r][c]``), once
+    every rank's call is valid and the calls agree on n, dtype, op, algorithm, boundaries, k
+    and cost model; otherwise the same error on every rank."""
+    p = comm.size
+    table = comm.allgather_ints(call.row(algorithms, model_bits, p))
+    if not table[:, 0].any() and (table[:, :-p] == table[0, :-p]).all():
+        return table[:, -p:].tolist()
     raise_on_every_rank(comm, call.fields(), call.problem, caller,
                         "Every rank must pass the same n, dtype, op, algorithm, boundaries "
                         "and k.",

@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost import Terms, largest_power_of_two
-from .chunks import balanced, equal_length, histogram
 from .exchange import OVERHEAD_BYTES
-from .vector import index_dtype, split_at
+from .layout import Layout, from_supports
+from .vector import index_dtype
 
 #: What one rank does in one step: ``(dest, bytes sent, source)``, ``None`` for no send or
 #: no receive.
@@ -50,25 +50,6 @@ def _present(supports, ranks, n: int) -> np.ndarray:
     for r in ranks:
         present[supports[r]] = True
     return present
-
-
-def _ring_unions(supports, bounds) -> list[list[int]]:
-    """``sizes[s][r]``: the pairs rank ``r`` sends in the sparse ring's reduce-scatter step
-    ``s``, chunk ``r − s − 1`` summed over ranks ``r − s … r``.  Chunk ``c`` takes in ranks
-    ``c + 1, c + 2, …`` one step at a time, so each chunk's union grows by one support."""
-    p = len(supports)
-    sizes = [[0] * p for _ in range(p - 1)]
-    for c, (lo, hi) in enumerate(bounds):
-        present = np.zeros(hi - lo, bool)
-        count = 0
-        for s in range(p - 1):
-            r = (c + s + 1) % p
-            support = supports[r]
-            piece = support[np.searchsorted(support, lo):np.searchsorted(support, hi)] - lo
-            count += len(piece) - int(np.count_nonzero(present[piece]))
-            present[piece] = True
-            sizes[s][r] = count
-    return sizes
 
 
 def _doubling(p: int, size_of) -> list[list[Move]]:
@@ -116,35 +97,32 @@ def schedule(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
     if algorithm == "sparse_recursive_doubling":
         return _doubling(p, lambda group: message_bytes(
             int(np.count_nonzero(_present(supports, group, n))), 0, n, itemsize))
-    steps = []
-    if boundaries == "nonzeros":  # the histogram's dense recursive doubling comes first
-        total = sum(histogram(s, n, p) for s in supports)
-        steps += _doubling(p, lambda group: total.nbytes)
-        bounds = balanced(total, n, p)
-    else:
-        bounds = equal_length(n, p)
-    union = _present(supports, range(p), n)
+    return chunked_steps(algorithm, from_supports(supports, n, boundaries), itemsize)
 
-    def finished(c: int) -> int:
-        lo, hi = bounds[c]
-        return message_bytes(int(np.count_nonzero(union[lo:hi])), lo, hi, itemsize)
 
-    if algorithm == "sparse_ring":  # chunk r − s − 1 holds ranks r − s .. r
-        sizes = _ring_unions(supports, bounds)
+def chunked_steps(algorithm: str, layout: Layout, itemsize: int) -> list[list[Move]]:
+    """The steps of ``sparse_ring`` or ``sparse_direct`` for the messages of ``layout``
+    (:mod:`allreduce.sparse.layout`: real or expected pairs)."""
+    bounds, p = layout.bounds, len(layout.bounds)
+    steps = _doubling(p, lambda group: layout.histogram_bytes) if layout.histogram_bytes else []
+    pair_size = index_dtype(bounds[-1][1]).itemsize + itemsize
+    dense = [(hi - lo) * itemsize + -(-(hi - lo) // 8) for lo, hi in bounds]
+
+    def size(pairs: float, chunk: int) -> float:  # message_bytes, on plain floats
+        return OVERHEAD_BYTES + min(dense[chunk], pairs * pair_size)
+
+    ring, pieces, finished = layout.ring.tolist(), layout.pieces.tolist(), layout.finished.tolist()
+    if algorithm == "sparse_ring":  # in step s rank r sends chunk r − s − 1
         for s in range(p - 1):
-            steps.append([((r + 1) % p, message_bytes(sizes[s][r], *bounds[(r - s - 1) % p],
-                                                      itemsize), (r - 1) % p)
+            steps.append([((r + 1) % p, size(ring[s][r], (r - s - 1) % p), (r - 1) % p)
                           for r in range(p)])
     elif algorithm == "sparse_direct":  # in step s rank r sends its own pairs of chunk r + s
-        pieces = [[len(supports[r][sl]) for sl in split_at(supports[r], bounds)]
-                  for r in range(p)]
         for s in range(1, p):
-            steps.append([((r + s) % p, message_bytes(pieces[r][(r + s) % p],
-                                                      *bounds[(r + s) % p], itemsize),
+            steps.append([((r + s) % p, size(pieces[r][(r + s) % p], (r + s) % p),
                            (r - s) % p) for r in range(p)])
     else:
         raise ValueError(f"no schedule for sparse algorithm {algorithm!r}")
-    return steps + _ring_allgather(p, finished)
+    return steps + _ring_allgather(p, lambda c: size(finished[c], c))
 
 
 def critical_path(steps: list[list[Move]], alpha: float = 0.0, beta: float = 0.0) -> float:
