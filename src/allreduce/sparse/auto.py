@@ -8,20 +8,21 @@ each of ``p`` equal-length chunks: **independent supports** inside a chunk, the 
 ``s`` ranks' supports of density ``d`` in a chunk of ``w`` elements being
 ``w·(1 − (1 − d)^s)`` (:mod:`allreduce.sparse.layout`), so a chunk that holds most pairs
 shows, and so does what cutting equal nonzeros would save.  Every rank has the same counts
-and (checked) the same model, so every rank chooses the same.  Where the supports are known (the benchmark, the chapter), the same
-prediction takes the real unions instead (``supports=``) and the critical path of the real
-messages (:mod:`allreduce.sparse.cost`): that is the model the benchmark checks.
+and (checked) the same model, so every rank chooses the same.  Where the supports are known
+(the benchmark, the chapter), the same prediction takes the real unions instead
+(``supports=``) and the critical path of the real messages (:mod:`allreduce.sparse.cost`):
+that is the model the benchmark checks.
 
 A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
 local work, which in Python is much of a call from about 1% density: checking the indices,
 encoding and decoding pairs, merging sorted runs (a stable sort, m·lg m, or a dense sum
-over their range), densifying and
-the dense path's presence mask; plus two costs that neither the dense model nor the local
-work sees, a sparse call's own (its check, one more collective) and a sparse message's
-(:data:`OVERHEADS`).  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole
-calls' times on the course's reference machine, where four ranks share two cores, so they
-also absorb whatever a call spends waiting for other ranks' work, as the dense model's α
-absorbs a step's Python.  The local work counted is the busiest rank's.
+over their range), densifying and the dense path's presence mask; plus two costs that
+neither the dense model nor the local work sees, a sparse call's own (its check, one more
+collective) and a sparse message's (:data:`OVERHEADS`).  The local work counted is the
+busiest rank's.  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole calls'
+times on the course's reference machine, where four ranks share two cores, so they also
+absorb whatever a call spends waiting for other ranks' work, as the dense model's α absorbs
+a step's Python.
 """
 
 from __future__ import annotations
@@ -45,14 +46,14 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: pair of a merge that sums densely, per element of a
 #: densified vector (and of the presence mask read back), per pair of a result marked in the
 #: mask and read back from the dense sum, and per pair of the call's check of its indices:
-#: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to two runs
+#: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to one run
 #: on the idle reference machine (4 MPI ranks on 2 cores; ``chapters/data/sparse_bench_fit.json``:
 #: uniform supports at n = 16 M, 0.01-50%, the course's gradients at 0.01-50%, identical
 #: and disjoint supports at 0.01-1%), so that the committed record, a later run
 #: (``chapters/data/sparse_bench_reference.json``), tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 11.4e-9, "code_dense": 24.6e-9, "merge": 1.70e-9, "merge_dense": 4e-9,
-         "densify": 4.85e-9, "gather": 11.6e-9, "check": 0.0}
+LOCAL = {"code": 7.09e-9, "code_dense": 13e-9, "merge": 1.29e-9, "merge_dense": 7e-9,
+         "densify": 4.66e-9, "gather": 11.6e-9, "check": 0.0}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -60,7 +61,7 @@ LOCAL = {"code": 11.4e-9, "code_dense": 24.6e-9, "merge": 1.70e-9, "merge_dense"
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 555e-6, "message": 42.1e-6}
+OVERHEADS = {"call": 418e-6, "message": 75e-6}
 
 
 def union(n: int, density: float, ranks: int) -> float:
