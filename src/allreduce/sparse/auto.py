@@ -42,8 +42,8 @@ from .layout import CHUNKED, Layout
 from .vector import DENSE_MERGE_SHARE, index_dtype
 
 #: Seconds per pair encoded, or decoded (per element of the range for a message in the
-#: dense form), per m·lg m of a merge of m pairs that sorts, per element of the range and
-#: pair of a merge that sums densely, per element of a
+#: dense form) and per encode or decode, per m·lg m of a merge of m pairs that sorts, per
+#: element of the range and pair of a merge that sums densely, and per merge, per element of a
 #: densified vector (and of the presence mask read back), per pair of a result marked in the
 #: mask and read back from the dense sum, and per pair of the call's check of its indices:
 #: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to one run
@@ -52,8 +52,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: and disjoint supports at 0.01-1%), so that the committed record, a later run
 #: (``chapters/data/sparse_bench_reference.json``), tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 7.09e-9, "code_dense": 13e-9, "merge": 1.29e-9, "merge_dense": 7e-9,
-         "densify": 4.66e-9, "gather": 11.6e-9, "check": 0.0}
+LOCAL = {"code": 7.09e-9, "code_dense": 13e-9, "code_call": 0.0, "merge": 1.28e-9,
+         "merge_dense": 7.01e-9, "merge_call": 52e-6, "densify": 4.66e-9, "gather": 11.6e-9,
+         "check": 0.0}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -61,7 +62,7 @@ LOCAL = {"code": 7.09e-9, "code_dense": 13e-9, "merge": 1.29e-9, "merge_dense": 
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 418e-6, "message": 75e-6}
+OVERHEADS = {"call": 345e-6, "message": 71.9e-6}
 
 
 def union(n: int, density: float, ranks: int) -> float:
@@ -92,8 +93,8 @@ def _merging(m: float, width: float) -> float:
     a stable sort (m·lg m), or a dense sum over the range once the pairs fill
     :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of it (as the merge does)."""
     if m >= DENSE_MERGE_SHARE * width:
-        return (width + m) * LOCAL["merge_dense"]
-    return m * math.log2(max(m, 2.0)) * LOCAL["merge"]
+        return LOCAL["merge_call"] + (width + m) * LOCAL["merge_dense"]
+    return LOCAL["merge_call"] + m * math.log2(max(m, 2.0)) * LOCAL["merge"]
 
 
 def _coding(pairs: float, width: float, pair_size: int, itemsize: int) -> float:
@@ -102,8 +103,8 @@ def _coding(pairs: float, width: float, pair_size: int, itemsize: int) -> float:
     :func:`~allreduce.sparse.vector.encode` switches to the dense form (values and a
     presence bitmap)."""
     if pairs * pair_size >= width * itemsize + width / 8:
-        return width * LOCAL["code_dense"]
-    return pairs * LOCAL["code"]
+        return LOCAL["code_call"] + width * LOCAL["code_dense"]
+    return LOCAL["code_call"] + pairs * LOCAL["code"]
 
 
 def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
