@@ -33,6 +33,24 @@ def test_the_record_covers_what_the_issue_asks(rows):
     assert all(row.n == 1 << 24 for row in rows if row.supports == "uniform")
 
 
+def test_the_runs_are_three_the_last_the_record(rows):
+    """Chapter 95 reads the targets over three runs as well (median and spread), the last
+    of which is the record; every run covers the same points."""
+    import json
+
+    from allreduce.bench.sparse import SparseRow
+    from allreduce.bench.sparse_record import over_runs
+
+    runs = [[SparseRow(**row) for row in run] for run in
+            json.loads((RECORD.parent / "sparse_bench_runs.json").read_text())]
+    assert len(runs) >= 3 and runs[-1] == rows
+    keys = [sorted((r.supports, r.density, r.name) for r in run) for run in runs]
+    assert all(key == keys[0] for key in keys)
+    shown = over_runs(runs)
+    assert [what for what, _, _ in shown] == [what.rsplit(" (", 1)[0]
+                                              for what, _ in targets(rows)]
+
+
 def test_the_report_shows_every_table_and_target(rows):
     shown = report(rows)
     for supports in dict.fromkeys(row.supports for row in rows):
@@ -79,15 +97,17 @@ def test_the_fit_recovers_known_constants():
     """``sparse_record.fit`` (how ``auto.LOCAL`` and ``auto.OVERHEADS`` were found) gives
     back the constants that made the times it is fitted to: rows timed by the model itself
     under chosen constants, on the benchmark's seeded supports at small n (dense-form
-    messages at 30%, pair-form ones below), every algorithm."""
+    messages at 30%, pair-form ones below; merges that sort and merges that sum densely),
+    every algorithm with each boundaries."""
     from allreduce.bench.sparse import SparseRow
     from allreduce.bench.sparse_inputs import inputs
     from allreduce.bench.sparse_record import fit
     from allreduce.cost import Model
-    from allreduce.sparse import SPARSE_ALGORITHMS, auto
+    from allreduce.sparse import SPARSE_CHOICES, auto
 
     model = Model(alpha=20e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=30e-6)
-    chosen = {"LOCAL": {"code": 4e-9, "code_dense": 9e-9, "merge": 2e-9, "densify": 5e-9,
+    chosen = {"LOCAL": {"code": 4e-9, "code_dense": 9e-9, "code_call": 3e-6, "merge": 2e-9,
+                        "merge_dense": 6e-9, "merge_call": 20e-6, "densify": 5e-9,
                         "gather": 10e-9, "check": 1e-9},
               "OVERHEADS": {"call": 400e-6, "message": 25e-6}}
     saved = dict(auto.LOCAL), dict(auto.OVERHEADS)
@@ -99,14 +119,17 @@ def test_the_fit_recovers_known_constants():
             for density in (0.001, 0.01, 0.1, 0.3):
                 indices = [inputs(supports, r, 4, n, density)[0] for r in range(4)]
                 counts = [len(i) for i in indices]
-                for name in SPARSE_ALGORITHMS:
-                    seconds = auto.predict(name, n, counts, 4, model, supports=indices)
+                for name in SPARSE_CHOICES:
+                    algorithm, boundaries = auto.parse(name)
+                    seconds = auto.predict(algorithm, n, counts, 4, model,
+                                           boundaries=boundaries, supports=indices)
                     rows.append(SparseRow(n, density, name, seconds, 4, max(counts), 0, 0,
                                           None, supports))
     finally:
         auto.LOCAL.update(saved[0])
         auto.OVERHEADS.update(saved[1])
     found = fit(rows, model)
+    assert set(found["LOCAL"]) == set(chosen["LOCAL"])  # every constant is checked
     for table in ("LOCAL", "OVERHEADS"):
         for name, value in chosen[table].items():
             assert found[table][name] == pytest.approx(value, rel=0.02, abs=1e-12), (table, name)

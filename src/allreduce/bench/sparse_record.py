@@ -39,8 +39,15 @@ def fastest_exact(rows: list[SparseRow], row: SparseRow) -> SparseRow:
                key=lambda other: other.seconds)
 
 
-def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
-    """The targets of the sparse allreduce, from one run's rows: ``(what, met)``."""
+#: How a target's value is compared with its goal.
+_MEETS = {">=": lambda value, goal: value >= goal, ">": lambda value, goal: value > goal,
+          "<=": lambda value, goal: value <= goal}
+
+
+def measures(rows: list[SparseRow]) -> list[tuple[str, str, float, float, str, str]]:
+    """The targets of the sparse allreduce, from one run's rows, as numbers:
+    ``(what, how the value reads, value, goal, comparison, unit)``, met when ``value
+    comparison goal`` (the unit ``"x"`` for a ratio, ``"share"`` for a fraction of rows)."""
     from ..sparse import SPARSE_CHOICES
 
     found = []
@@ -48,42 +55,74 @@ def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
     for source in ("gradients", "uniform"):
         for density, factor in ((0.001, 5), (0.01, 2)):
             if (source, density) in have:
-                got = _pick(rows, source, density, "auto").vs_ring
                 found.append((f"{source}: `auto` at least {factor}x the dense ring at "
-                              f"{share(density)} ({got:.1f}x)", got >= factor))
+                              f"{share(density)}", "",
+                              _pick(rows, source, density, "auto").vs_ring, factor, ">=", "x"))
     for source in ("gradients", "identical"):
         densities = [d for d in (0.001, 0.01) if (source, d) in have]
         if densities:
             worst = min(_pick(rows, source, d, "allgather").seconds
                         / _pick(rows, source, d, "sparse_ring").seconds for d in densities)
             found.append((f"{source}: `sparse_ring` beats `allgather` at "
-                          f"{' and '.join(map(share, densities))} (by {worst:.2f}x at worst)",
-                          worst > 1))
+                          f"{' and '.join(map(share, densities))}", "at worst", worst, 1,
+                          ">", "x"))
     disjoint = sorted(d for s, d in have if s == "disjoint")
     if disjoint:
         ratio = (_pick(rows, "disjoint", disjoint[0], "sparse_ring").seconds
                  / _pick(rows, "disjoint", disjoint[0], "allgather").seconds)
-        found.append((f"disjoint: `allgather` beats `sparse_ring` at {share(disjoint[0])} "
-                      f"({ratio:.2f}x)", ratio > 1))
+        found.append((f"disjoint: `allgather` beats `sparse_ring` at {share(disjoint[0])}", "by",
+                      ratio, 1, ">", "x"))
     autos = [row for row in rows if row.name == "auto"]
     worst = max(row.seconds / _pick(rows, row.supports, row.density, "dense").seconds
                 for row in autos)
-    found.append((f"`auto` never slower than 1.1x `dense` (worst {worst:.2f}x)", worst <= 1.1))
+    found.append(("`auto` never slower than 1.1x `dense`", "at worst", worst, 1.1, "<=", "x"))
     gloo = [row for row in rows if row.name == GLOO]
     if gloo:
         worst = min(row.seconds / _pick(rows, row.supports, row.density, "auto").seconds
                     for row in gloo)
-        found.append((f"`auto` at least 2x torch gloo's sparse `all_reduce` at every density "
-                      f"({worst:.2f}x at worst)", worst >= 2))
+        found.append(("`auto` at least 2x torch gloo's sparse `all_reduce` at every density",
+                      "at worst", worst, 2, ">=", "x"))
     ratios = [fastest_exact(rows, row).seconds / row.seconds for row in autos]
-    found.append((f"`auto` within 10% of the fastest exact algorithm at every density "
-                  f"(at worst {min(ratios):.2f}x the fastest's speed)", min(ratios) >= 0.9))
+    found.append(("`auto` within 10% of the fastest exact algorithm's speed at every density",
+                  "at worst", min(ratios), 0.9, ">=", "x"))
     exact = [row for row in rows if row.name in SPARSE_CHOICES and row.n >= 1 << 20]
-    errors = [row.predicted / row.seconds - 1 for row in exact]
-    within = sum(abs(error) <= 0.3 for error in errors)
-    found.append((f"the model within 30% on at least 7 in 8 of the exact algorithms' rows at "
-                  f"n of 1 M and more ({within} of {len(errors)}; worst "
-                  f"{max(errors, key=abs):+.0%})", within >= 0.875 * len(errors)))
+    within = sum(abs(row.predicted / row.seconds - 1) <= 0.3 for row in exact)
+    found.append(("the model within 30% on at least 7 in 8 of the exact algorithms' rows at "
+                  "n of 1 M and more", f"{within} of {len(exact)}", within / len(exact), 0.875,
+                  ">=", "share"))
+    return found
+
+
+def _shown(value: float, unit: str) -> str:
+    return f"{value:.2f}x" if unit == "x" else f"{value:.0%}"
+
+
+def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
+    """The targets of the sparse allreduce, from one run's rows: ``(what, met)``, ``what``
+    ending in the value."""
+    return [(f"{what} ({_reading(aside, value, unit)})", _MEETS[compare](value, goal))
+            for what, aside, value, goal, compare, unit in measures(rows)]
+
+
+def _reading(aside: str, value: float, unit: str) -> str:
+    if unit == "share":  # the rows counted, then the share
+        return f"{aside}: {_shown(value, unit)}"
+    return f"{aside} {_shown(value, unit)}" if aside else _shown(value, unit)
+
+
+def over_runs(runs: list[list[SparseRow]]) -> list[tuple[str, str, bool]]:
+    """Each target over several runs: ``(what, median [lowest–highest], met)``, met when
+    the median over the runs meets it (as :func:`allreduce.bench.runs.targets` reads the
+    dense runs)."""
+    import statistics
+
+    found = []
+    for per_run in zip(*(measures(rows) for rows in runs), strict=True):
+        what, _, _, goal, compare, unit = per_run[0]
+        values = [value for _, _, value, *_ in per_run]
+        median = statistics.median(values)
+        found.append((what, f"{_shown(median, unit)} [{_shown(min(values), unit)}–"
+                      f"{_shown(max(values), unit)}]", _MEETS[compare](median, goal)))
     return found
 
 
