@@ -356,6 +356,7 @@ def test_auto_switches_to_dense_as_the_density_grows():
     values); and the prediction grows with the density for every algorithm."""
     from allreduce.algorithms.auto import DEFAULT_MODEL
     from allreduce.sparse import auto as sparse_auto
+    from allreduce.sparse import layout as sparse_layout
 
     n = 16 << 20
     def choice(density):
@@ -373,7 +374,7 @@ def test_auto_switches_to_dense_as_the_density_grows():
               - sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL, dense_output=True))
     assert mask_bytes(n, 4) == n and mask_bytes(n, 256) == 4 * n
     mask = DEFAULT_MODEL.time(fastest(n, 4, DEFAULT_MODEL), 4, n)
-    gather = sparse_auto.union(n, 0.1, 4) * sparse_auto.LOCAL["gather"]
+    gather = sparse_layout.union(n, 0.1, 4) * sparse_auto.LOCAL["gather"]
     assert spared == pytest.approx(mask + gather, rel=1e-6)  # counts are whole pairs
     for name in SPARSE_ALGORITHMS:
         times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
@@ -485,9 +486,9 @@ def test_the_taught_reduce_scatter_leaves_the_bits_of_the_fast_ring(p):
 
 @pytest.mark.parametrize("p", range(1, 9))
 def test_measured_unions_are_the_windows_unions(p):
-    """auto.measured_unions counts on a mask; here, by definition: the mean over the p
+    """layout.measured_unions counts on a mask; here, by definition: the mean over the p
     windows of s consecutive ranks of the size of their supports' union (np.unique)."""
-    from allreduce.sparse import auto as sparse_auto
+    from allreduce.sparse import layout as sparse_layout
 
     rng = np.random.default_rng(p)
     for n, k in ((1, 1), (10, 0), (60, 25), (5000, 900)):
@@ -496,7 +497,7 @@ def test_measured_unions_are_the_windows_unions(p):
         expected = [0.0] + [float(np.mean([len(np.unique(np.concatenate(
             [supports[(r - i) % p] for i in range(s)]))) for r in range(p)]))
             for s in range(1, p + 1)]
-        assert sparse_auto.measured_unions(supports) == expected
+        assert sparse_layout.measured_unions(supports) == expected
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["bytes", "int32 per element"])
@@ -583,7 +584,7 @@ def test_the_expected_layout_is_the_real_one_on_independent_supports(p):
         assert (real.pieces == guess.pieces).all() and real.bounds == guess.bounds
         assert np.allclose(guess.ring, real.ring, rtol=0.02)
         assert np.allclose(guess.finished, real.finished, rtol=0.02)
-        assert np.allclose(layout.window_unions(loads, n), sparse_auto.measured_unions(supports),
+        assert np.allclose(layout.window_unions(loads, n), layout.measured_unions(supports),
                            rtol=0.02)
         cut = layout.expected(loads, n, "nonzeros")
         assert np.allclose(cut.pieces.sum(axis=0), layout.from_supports(
@@ -638,3 +639,54 @@ def test_auto_cuts_equal_nonzeros_when_the_pairs_cluster():
     union = np.unique(np.concatenate([i for i, _ in vectors]))
     for indices, values in results:
         assert (indices == union).all() and (values == want[union]).all()
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "dense"])
+def test_ranks_that_differ_in_dense_output_raise_together(algorithm):
+    """dense_output changes auto's choice and the dense path's messages (no presence mask),
+    so the check compares it: one rank asking for it raises on every rank, not a hang."""
+    p, n = 3, 40
+    vectors = [(np.array([1, 5, 9]), np.array([1.0, 2.0, 3.0])) for _ in range(p)]
+
+    def body(comm):
+        try:
+            sparse_allreduce(*vectors[comm.rank], n, comm, algorithm=algorithm,
+                             dense_output=comm.rank == 1)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    messages = run_threads(p, body)
+    assert all(messages) and len(set(messages)) == 1 and "dense_output" in messages[0]
+
+
+def test_the_expected_cut_of_equal_nonzeros_keeps_each_parts_density():
+    """With both ranks full in the first half of 100 elements, equal nonzeros cut [0, 25)
+    and [25, 100); the second chunk holds 25 of the first half and none of the rest, so
+    its expected union is 25 (not 75 elements at the chunk's mean density); loads rounded
+    above a full chunk count as full; and an algorithm that takes no boundaries is offered
+    only equal lengths."""
+    from allreduce.sparse import auto as sparse_auto
+    from allreduce.sparse import layout
+
+    held = layout.expected([[50, 0], [50, 0]], 100, "nonzeros")
+    assert held.bounds == [(0, 25), (25, 100)]
+    assert held.finished.tolist() == [25.0, 25.0] and held.pieces.tolist() == [[25, 25]] * 2
+    full = layout.expected([[54.5, 0], [54.5, 0]], 100)
+    assert full.finished.tolist() == [50.0, 0.0]
+    assert layout.window_unions([[54.5, 0], [54.5, 0]], 100)[2] == 50.0
+    assert sparse_auto.options(["dense", "sparse_ring"], "nonzeros") == [
+        ("dense", "length"), ("sparse_ring", "nonzeros")]
+    assert sparse_auto.options(["allgather", "sparse_direct"]) == [
+        ("allgather", "length"), ("sparse_direct", "length"), ("sparse_direct", "nonzeros")]
+
+
+def test_topk_allreduce_reads_no_boundaries_as_equal_lengths():
+    from allreduce.sparse import topk_allreduce
+
+    p, n = 3, 60
+    vectors = [(np.array([1, 2, 3]) + 20 * r, np.array([3.0, 2.0, 1.0])) for r in range(p)]
+    results = [run_threads(p, lambda c: topk_allreduce(*vectors[c.rank], n, 3, c,
+                                                       boundaries=b)) for b in (None, "length")]
+    for none, length in zip(*results):
+        assert none.indices.tolist() == length.indices.tolist()

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from allreduce.sparse import fill_in
-from allreduce.sparse.auto import union
+from allreduce.sparse.layout import union
 from allreduce.sparse.compression import topk
 from allreduce.sparse.samples import PAIRS_DENSITY, RECORD, TINY, Samples, record, save
 

@@ -22,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from allreduce import algorithms, cost, scaling  # noqa: F401  (algorithms registers FORMULAS)
-from allreduce.sparse import auto as sparse_auto
+from allreduce.sparse import layout as sparse_layout
 from allreduce.sparse import cost as sparse_cost
 from allreduce.sparse.dense import mask_bytes
 
@@ -273,7 +273,7 @@ def test_every_hand_ported_function_equals_its_python(site):
         name = rng.choice(["allgather", "sparse_ring", "sparse_direct", "sparse_recursive_doubling"])
         n, p = rng.randint(1000, 1 << 32), rng.randint(1, 64)
         k = n * 10 ** rng.uniform(-5, -0.5)
-        unions = [sparse_auto.union(n, k / n, s) for s in range(p + 1)]
+        unions = [sparse_layout.union(n, k / n, s) for s in range(p + 1)]
         cases["sparse"].append([name, n, p, k, unions])
     got = driver.execute_script(HAND_PORTED, cases)
     from allreduce.topology import grid
@@ -293,7 +293,7 @@ def test_every_hand_ported_function_equals_its_python(site):
                                                                got["union"]):
         t = sparse_cost.expected_terms(name, n, p, k, 4, lambda s, u=unions: u[s])
         assert steps == t.steps and close(nbytes, t.bytes), (name, n, p, k)
-        assert close(union, sparse_auto.union(n, k / n, p))
+        assert close(union, sparse_layout.union(n, k / n, p))
     for (p, o), shown in zip(cases["steps"], got["step"]):
         options = {**o, "model": model_of(o["model"])}
         samples = options.pop("samples")
@@ -355,7 +355,7 @@ def _check_two_level(values: dict, params: dict) -> None:
 def _sparse_times(density: float, params: dict) -> dict:
     p, n, overlap, itemsize = params["p"], params["n"], params["overlap"], params["itemsize"]
     model, k = model_of(params["model"]), density * n
-    unions = [sparse_auto.union(n, density, s) if overlap == "independent"
+    unions = [sparse_layout.union(n, density, s) if overlap == "independent"
               else (k if s else 0) if overlap == "identical" else min(s * k, n)
               for s in range(p + 1)]
     size, mask = n * itemsize, mask_bytes(n, p)

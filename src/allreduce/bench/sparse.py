@@ -81,7 +81,8 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
     from ..api import allreduce
     from ..sparse import auto, sparse_allreduce
     from ..sparse.compression import topk
-    from ..sparse.layout import CHUNKED, chunk_counts
+    from ..sparse.chunks import CHUNKED
+    from ..sparse.layout import chunk_counts
     from ..sparse.vector import densify, local_seconds
 
     rows = []

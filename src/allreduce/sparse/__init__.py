@@ -24,9 +24,8 @@ from ..transports import as_communicator
 from . import auto
 from .allgather import allgather
 from .check import _is_torch_sparse, agree, as_torch, describe
-from .chunks import BOUNDARIES
+from .chunks import BOUNDARIES, CHUNKED
 from .dense import dense
-from .layout import CHUNKED
 from .sparse_direct import sparse_direct
 from .sparse_recursive_doubling import sparse_recursive_doubling
 from .sparse_ring import sparse_ring
@@ -69,7 +68,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
         comm, values = values, None
     communicator = as_communicator(comm)
     names = (*SPARSE_ALGORITHMS, "auto")
-    call = describe(indices, values, n, op, algorithm, names, boundaries)
+    call = describe(indices, values, n, op, algorithm, names, boundaries,
+                    dense_output=dense_output)
     model = auto_model()
     loads = agree(communicator, call, names, _model_bits(model))
     n, values = call.n, call.values
@@ -113,8 +113,9 @@ def topk_allreduce(indices, values, n: int, k: int, comm, op: str = "sum", *,
     Returns the result's ``indices`` and ``values`` (the same on every rank) and this rank's
     own pairs that are not in it, ``unsent_indices`` and ``unsent_values``, to be added back
     to its error-feedback residual.  With ``op="mean"`` the result is divided by ``p``; what
-    is unsent never is.  Numpy arrays only."""
+    is unsent never is.  Numpy arrays only.  (``boundaries=None`` cuts equal lengths.)"""
     communicator = as_communicator(comm)
+    boundaries = boundaries or "length"
     call = describe(indices, values, n, op, "topk", ("topk",), boundaries, k)
     if call.torch and call.problem is None:
         call.problem = TypeError("topk_allreduce takes numpy indices and values")

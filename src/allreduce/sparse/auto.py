@@ -36,9 +36,9 @@ from ..algorithms.auto import describe_model, fastest, model_source
 from ..algorithms.auto import model as dense_model
 from ..cost import Model, largest_power_of_two
 from . import cost, layout
-from .chunks import BOUNDARIES
+from .chunks import BOUNDARIES, CHUNKED
 from .dense import mask_bytes
-from .layout import CHUNKED, Layout
+from .layout import Layout, measured_unions
 from .vector import DENSE_MERGE_SHARE, index_dtype
 
 #: Seconds per pair encoded, or decoded (per element of the range for a message in the
@@ -52,8 +52,8 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: and disjoint supports at 0.01-1%), so that the committed record, a later run
 #: (``chapters/data/sparse_bench_reference.json``), tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 7.09e-9, "code_dense": 13e-9, "code_call": 0.0, "merge": 1.28e-9,
-         "merge_dense": 7.01e-9, "merge_call": 52e-6, "densify": 4.66e-9, "gather": 11.6e-9,
+LOCAL = {"code": 7.07e-9, "code_dense": 13e-9, "code_call": 0.0, "merge": 1.28e-9,
+         "merge_dense": 7.02e-9, "merge_call": 56.5e-6, "densify": 4.66e-9, "gather": 11.6e-9,
          "check": 0.0}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
@@ -62,95 +62,75 @@ LOCAL = {"code": 7.09e-9, "code_dense": 13e-9, "code_call": 0.0, "merge": 1.28e-
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 345e-6, "message": 71.9e-6}
+OVERHEADS = {"call": 339e-6, "message": 72.7e-6}
 
 
-def union(n: int, density: float, ranks: int) -> float:
-    """Expected size of the union of ``ranks`` independent supports of ``density``."""
-    return n * (1 - (1 - min(density, 1.0)) ** ranks)
+def _merging(m, width, runs=2):
+    """Seconds to merge ``runs`` sorted runs (free below two: nothing to merge) of ``m``
+    pairs in all in a range of ``width`` elements: a stable sort (m·lg m), or a dense sum
+    over the range once the pairs fill :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of
+    it (as the merge does, which measures the runs' own span).  Element-wise on arrays."""
+    m, width = np.asarray(m, float), np.asarray(width, float)
+    dense = LOCAL["merge_call"] + (width + m) * LOCAL["merge_dense"]
+    sorting = LOCAL["merge_call"] + m * np.log2(np.maximum(m, 2.0)) * LOCAL["merge"]
+    return np.where(np.asarray(runs) < 2, 0.0,
+                    np.where(m >= DENSE_MERGE_SHARE * width, dense, sorting))
 
 
-def measured_unions(supports: list[np.ndarray]) -> list[float]:
-    """``u[s]``, s = 0 … p: the mean size of the union of ``s`` ranks' supports (sorted,
-    unique indices, as the sparse allreduce takes them), over the ``p`` windows of
-    consecutive ranks (the groups a ring's partial sums hold)."""
-    p = len(supports)
-    length = 1 + max((int(s[-1]) for s in supports if len(s)), default=0)
-    totals = np.zeros(p + 1)
-    for r in range(p):  # grow the window ending at r one rank at a time: no sorting
-        present = np.zeros(length, bool)
-        size = 0
-        for s in range(1, p + 1):
-            support = supports[(r - s + 1) % p]
-            size += len(support) - int(np.count_nonzero(present[support]))
-            present[support] = True
-            totals[s] += size
-    return [float(total / p) for total in totals]
-
-
-def _merging(m: float, width: float) -> float:
-    """Seconds to merge sorted runs of ``m`` pairs in all in a range of ``width`` elements:
-    a stable sort (m·lg m), or a dense sum over the range once the pairs fill
-    :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of it (as the merge does)."""
-    if m >= DENSE_MERGE_SHARE * width:
-        return LOCAL["merge_call"] + (width + m) * LOCAL["merge_dense"]
-    return LOCAL["merge_call"] + m * math.log2(max(m, 2.0)) * LOCAL["merge"]
-
-
-def _coding(pairs: float, width: float, pair_size: int, itemsize: int) -> float:
+def _coding(pairs, width, pair_size: int, itemsize: int):
     """Seconds to encode, or to decode, one message of ``pairs`` pairs of ``pair_size``
     bytes in a range of ``width`` elements: per pair, or per element of the range once
     :func:`~allreduce.sparse.vector.encode` switches to the dense form (values and a
-    presence bitmap)."""
-    if pairs * pair_size >= width * itemsize + width / 8:
-        return LOCAL["code_call"] + width * LOCAL["code_dense"]
-    return LOCAL["code_call"] + pairs * LOCAL["code"]
+    presence bitmap).  Element-wise on arrays."""
+    pairs, width = np.asarray(pairs, float), np.asarray(width, float)
+    return LOCAL["code_call"] + np.where(pairs * pair_size >= width * itemsize + width / 8,
+                                         width * LOCAL["code_dense"], pairs * LOCAL["code"])
 
 
 def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
-               layout: Layout | None = None, *, dense_output: bool = False,
+               held: Layout | None = None, *, dense_output: bool = False,
                itemsize: int = 4) -> float:
     """Seconds of local work on the busiest rank: ``unions[s]`` is the size of the union of
-    ``s`` supports; ``layout`` what the chunked algorithms' messages hold."""
+    ``s`` supports; ``held`` what a chunked algorithm's messages hold (required for one)."""
     p, k = len(counts), max(counts)
     checked = k * LOCAL["check"]  # every call's pass over its indices
     pair_size = index_dtype(int(n)).itemsize + itemsize
 
-    def code(pairs: float, width: float) -> float:
+    def code(pairs, width):
         return _coding(pairs, width, pair_size, itemsize)
 
     if algorithm == "dense":
         return checked + n * LOCAL["densify"] + (
             0 if dense_output else unions[p] * LOCAL["gather"])
     if algorithm == "allgather":  # encode its own block once, decode the others', merge all
-        return checked + sum(code(c, n) for c in counts) + _merging(sum(counts), n)
+        return float(checked + code(counts, n).sum() + _merging(
+            sum(counts), n, sum(c > 0 for c in counts)))
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
-        held = [unions[1 << j] for j in range(q.bit_length() - 1)]
+        rounds = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
-            held = [k, *held, unions[p]]
-        return checked + sum(2 * code(h, n) + _merging(2 * h, n) for h in held)
+            rounds = [k, *rounds, unions[p]]
+        rounds = np.array(rounds, float)
+        return float(checked + (2 * code(rounds, n) + _merging(2 * rounds, n,
+                                                               2 * (rounds > 0))).sum())
     if algorithm not in CHUNKED:
         raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
-    widths, pieces = layout.widths.tolist(), layout.pieces.tolist()
-    ring, finished = layout.ring.tolist(), layout.finished.tolist()
+    widths, pieces = held.widths, held.pieces
     # the all-gather: each rank encodes its finished chunk once and decodes every other
-    gathered = sum(code(finished[c], widths[c]) for c in range(p))
-    busiest = 0.0
-    for r in range(p):
-        work = gathered
-        if algorithm == "sparse_direct":  # its pieces out, the others' pieces of its chunk in
-            work += sum(code(pieces[r][c], widths[c]) for c in range(p) if c != r)
-            work += sum(code(pieces[q][r], widths[r]) for q in range(p) if q != r)
-            work += _merging(sum(pieces[q][r] for q in range(p)), widths[r])
-        else:  # in step s it sends chunk r − s − 1 and merges chunk r − s − 2 from the left
-            for s in range(p - 1):
-                sent, received = (r - s - 1) % p, (r - s - 2) % p
-                incoming = ring[s][(r - 1) % p]
-                work += code(ring[s][r], widths[sent]) + code(incoming, widths[received])
-                work += _merging(incoming + pieces[r][received], widths[received])
-        busiest = max(busiest, work)
-    return checked + busiest
+    work = np.full(p, code(held.finished, widths).sum())
+    if algorithm == "sparse_direct":  # its pieces out, the others' pieces of its chunk in
+        coded = code(pieces, widths[None, :])  # [r, c]: rank r's piece of chunk c
+        work += coded.sum(axis=1) + coded.sum(axis=0) - 2 * np.diag(coded)
+        work += _merging(pieces.sum(axis=0), widths, (pieces > 0).sum(axis=0))
+    else:  # in step s rank r sends chunk r − s − 1 and merges chunk r − s − 2 from the left
+        steps, ranks = np.meshgrid(np.arange(p - 1), np.arange(p), indexing="ij")
+        sent, received = (ranks - steps - 1) % p, (ranks - steps - 2) % p
+        incoming = held.ring[steps, (ranks - 1) % p]
+        own = pieces[ranks, received]
+        work += (code(held.ring, widths[sent]) + code(incoming, widths[received])
+                 + _merging(incoming + own, widths[received],
+                            (incoming > 0).astype(int) + (own > 0))).sum(axis=0)
+    return float(checked + work.max())
 
 
 def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
@@ -167,24 +147,24 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
     chunked = algorithm in CHUNKED
     if supports is not None:
         unions = measured_unions(supports)
-        shape = layout.from_supports(supports, n, boundaries) if chunked else None
+        held = layout.from_supports(supports, n, boundaries) if chunked else None
     else:
         loads = [[count / p] * p for count in counts] if loads is None else loads
         unions = layout.window_unions(loads, n)
-        shape = layout.expected(loads, n, boundaries) if chunked else None
-    return _predict(algorithm, n, counts, itemsize, model, unions, shape, dense_output,
+        held = layout.expected(loads, n, boundaries) if chunked else None
+    return _predict(algorithm, n, counts, itemsize, model, unions, held, dense_output,
                     supports)
 
 
-def _predict(algorithm, n, counts, itemsize, model, unions, shape, dense_output,
+def _predict(algorithm, n, counts, itemsize, model, unions, held, dense_output,
              supports=None) -> float:
-    local = local_work(algorithm, n, counts, unions, shape, dense_output=dense_output,
+    local = local_work(algorithm, n, counts, unions, held, dense_output=dense_output,
                        itemsize=itemsize) + OVERHEADS["call"]
     if algorithm == "dense":
         return _dense_wire(n, len(counts), itemsize, model, dense_output) + local
     alpha = model.alpha + OVERHEADS["message"]  # a sparse message's α
-    if shape is not None:
-        wire = cost.critical_path(cost.chunked_steps(algorithm, shape, itemsize), alpha,
+    if held is not None:
+        wire = cost.critical_path(cost.chunked_steps(algorithm, held, itemsize), alpha,
                                   model.beta)
     elif supports is not None:
         steps = cost.schedule(algorithm, supports, n, itemsize)
@@ -211,57 +191,59 @@ def options(candidates, boundaries: str | None = None) -> list[tuple[str, str]]:
     """Each candidate with each way it may cut the range: both for a chunked algorithm,
     unless the caller named ``boundaries``."""
     return [(name, cut) for name in candidates
-            for cut in ((boundaries,) if boundaries else BOUNDARIES if name in CHUNKED
-                        else ("length",))]
+            for cut in (("length",) if name not in CHUNKED else (boundaries,) if boundaries
+                        else BOUNDARIES)]
 
 
 def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
            dense_output: bool = False, loads=None,
            boundaries: str | None = None) -> tuple[str, str]:
     """The candidate, and the boundaries it cuts with, of the smallest :func:`predict`
-    (ties to the one listed first, equal lengths first), from ``loads`` rounded to
-    quarter powers of two (at most 9% off) and remembered: a training loop's Top-k steps
-    send pairs per chunk that move a little from step to step, and a choice costs about as
-    much as a small call's messages."""
+    (ties to the one listed first, equal lengths first), from ``loads`` rounded to quarter
+    powers of two (at most 9% off), and remembered, so that calls holding about the same
+    pairs in the same chunks reuse it: a new choice is Python work that grows with p²
+    (measured on the reference machine: under 1 ms on 4 ranks, about 40 ms on 64)."""
+    times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
+                         dense_output, boundaries)
+    return min(times, key=times.get)
+
+
+def _rounded_loads(counts: list[int], loads) -> tuple[tuple[float, ...], ...]:
     p = len(counts)
     loads = [[count / p] * p for count in counts] if loads is None else loads
-    coarse = tuple(tuple(_rounded(x) for x in row) for row in loads)
-    return _choose(n, coarse, itemsize, model, tuple(candidates), dense_output, boundaries)
-
-
-def _rounded(x: float) -> float:
-    return 0.0 if x <= 0 else float(2 ** (round(4 * math.log2(x)) / 4))
+    return tuple(tuple(0.0 if x <= 0 else float(2 ** (round(4 * math.log2(x)) / 4))
+                       for x in row) for row in loads)
 
 
 @functools.lru_cache(maxsize=1024)
-def _choose(n, loads, itemsize, model, candidates, dense_output, boundaries):
+def _predictions(n, loads, itemsize, model, candidates, dense_output, boundaries) -> dict:
+    """Every option's predicted seconds (see :func:`choose`); all 0 on one rank."""
+    if len(loads) == 1:
+        return {option: 0.0 for option in options(candidates, boundaries)}
     counts = [sum(row) for row in loads]
     unions = layout.window_unions(loads, n)
-    shapes = {cut: layout.expected(loads, n, cut) for cut in BOUNDARIES}
-    return min(options(candidates, boundaries), key=lambda option: _predict(
-        option[0], n, counts, itemsize, model, unions,
-        shapes[option[1]] if option[0] in CHUNKED else None, dense_output))
+    held = {cut: layout.expected(loads, n, cut) for cut in BOUNDARIES}
+    return {option: _predict(option[0], n, counts, itemsize, model, unions,
+                             held[option[1]] if option[0] in CHUNKED else None, dense_output)
+            for option in options(candidates, boundaries)}
 
 
 def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool = False,
             candidates=None, loads=None) -> str:
     """What the sparse ``auto`` would run for ``counts[r]`` pairs on rank ``r`` of a vector
     of length ``n`` (``loads[r][c]`` of them in equal-length chunk ``c``, by default spread
-    evenly): each exact algorithm's predicted time with each boundaries, the choice, and the
-    model behind it with where it came from (the dense ``auto``'s,
-    :func:`allreduce.auto.explain`)."""
+    evenly): each exact algorithm's predicted time with each boundaries, as :func:`choose`
+    predicts them, the choice, and the model behind it with where it came from (the dense
+    ``auto``'s, :func:`allreduce.auto.explain`)."""
     if candidates is None:
         from . import SPARSE_ALGORITHMS as candidates
     model = dense_model()
-    times = {option: predict(option[0], n, list(counts), itemsize, model, boundaries=option[1],
-                             loads=loads, dense_output=dense_output)
-             for option in options(candidates)}
-    chosen, cut = choose(n, counts, itemsize, model, candidates, dense_output=dense_output,
-                         loads=loads)
+    times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
+                         dense_output, None)
     listing = ", ".join(f"{label(*option)} {t * 1e3:.3f} ms" for option, t in times.items())
     return (f"sparse auto on {len(counts)} ranks, n = {n}, {sum(counts)} pairs in all: "
-            f"{label(chosen, cut)} (predicted: {listing})\nmodel: {describe_model(model)}\n"
-            f"from {model_source()}")
+            f"{label(*min(times, key=times.get))} (predicted: {listing})\n"
+            f"model: {describe_model(model)}\nfrom {model_source()}")
 
 
 def label(algorithm: str, boundaries: str = "length") -> str:

@@ -32,6 +32,7 @@ class SparseCall:
     algorithm: str | None = None
     boundaries: str | None = None
     k: int = -1  # topk_allreduce's k; -1 for the exact sum
+    dense_output: bool = False  # it changes auto's choice and the dense path's messages
     torch: bool = False
     problem: Exception | None = field(default=None, repr=False)
 
@@ -45,22 +46,23 @@ class SparseCall:
                  else chunk_counts(self.indices, self.n, p))
         return np.array([code, self.n, dtype, _index(SPARSE_OPS, self.op),
                          _index(algorithms, self.algorithm), _index(BOUNDARIES, self.boundaries),
-                         self.k, *model_bits, *loads], np.int64)
+                         self.k, int(self.dense_output), *model_bits, *loads], np.int64)
 
     def fields(self) -> dict[str, object]:
         return {"dense length n": self.n, "dtype": None if self.values is None else
                 self.values.dtype.name, "op": self.op, "algorithm": self.algorithm,
-                "boundaries": self.boundaries, "k": self.k}
+                "boundaries": self.boundaries, "k": self.k, "dense_output": self.dense_output}
 
 
 @timed  # local work: a pass over the indices (sorted, unique, in range)
 def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
-             k=None) -> SparseCall:
+             k=None, dense_output=False) -> SparseCall:
     """Check one rank's arguments locally; record the first problem instead of raising.
     ``k`` is given by :func:`~allreduce.sparse.topk_allreduce` only."""
     call = SparseCall(op=_ALIASES.get(op, op) if isinstance(op, str) else None,
                       algorithm=algorithm if isinstance(algorithm, str) else None,
-                      boundaries=boundaries if isinstance(boundaries, str) else None)
+                      boundaries=boundaries if isinstance(boundaries, str) else None,
+                      dense_output=bool(dense_output))
     try:
         if k is not None:
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
@@ -114,15 +116,15 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
 def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
           model_bits: tuple[int, ...], caller: str = "sparse_allreduce") -> list[list[int]]:
     """Every rank's pairs in each of the ``p`` equal-length chunks (``loads[r][c]``), once
-    every rank's call is valid and the calls agree on n, dtype, op, algorithm, boundaries, k
-    and cost model; otherwise the same error on every rank."""
+    every rank's call is valid and the calls agree on n, dtype, op, algorithm, boundaries,
+    k, dense_output and cost model; otherwise the same error on every rank."""
     p = comm.size
     table = comm.allgather_ints(call.row(algorithms, model_bits, p))
     if not table[:, 0].any() and (table[:, :-p] == table[0, :-p]).all():
         return table[:, -p:].tolist()
     raise_on_every_rank(comm, call.fields(), call.problem, caller,
-                        "Every rank must pass the same n, dtype, op, algorithm, boundaries "
-                        "and k.",
+                        "Every rank must pass the same n, dtype, op, algorithm, boundaries, "
+                        "k and dense_output.",
                         ValueError(f"{caller}: the ranks' cost models differ (a saved "
                                    "model on some ranks only?), so auto could choose "
                                    "differently on each"))

@@ -15,15 +15,23 @@ from ..comm import Communicator
 BOUNDARIES = ("length", "nonzeros")
 BINS_PER_RANK = 64
 
+#: The algorithms that cut the index range into chunks (and take ``boundaries``).
+CHUNKED = ("sparse_ring", "sparse_direct")
+
 
 def equal_length(n: int, p: int) -> list[tuple[int, int]]:
     return [chunk_bounds(n, p, c) for c in range(p)]
 
 
+def bins(n: int, p: int) -> int:
+    """How many bins the histogram has: ``BINS_PER_RANK·p``, at least 1, at most ``n``."""
+    return max(1, min(n, BINS_PER_RANK * p))
+
+
 def histogram(indices: np.ndarray, n: int, p: int) -> np.ndarray:
     """How many of ``indices`` fall in each of the bins that :func:`balanced` cuts."""
-    bins = max(1, min(n, BINS_PER_RANK * p))
-    return np.bincount(indices * bins // max(n, 1), minlength=bins).astype(np.int64)
+    count = bins(n, p)
+    return np.bincount(indices * count // max(n, 1), minlength=count).astype(np.int64)
 
 
 def balanced(total: np.ndarray, n: int, p: int) -> list[tuple[int, int]]:
@@ -42,6 +50,8 @@ def chunk_ranges(indices: np.ndarray, n: int, comm: Communicator,
                  boundaries: str = "length") -> list[tuple[int, int]]:
     """The ``p`` index ranges, the same on every rank."""
     p = comm.size
+    if boundaries not in BOUNDARIES:
+        raise ValueError(f"boundaries must be one of {', '.join(BOUNDARIES)}, got {boundaries!r}")
     if boundaries == "length" or p == 1:
         return equal_length(n, p)
     from ..api import allreduce

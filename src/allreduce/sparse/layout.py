@@ -14,11 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .chunks import BINS_PER_RANK, balanced, equal_length, histogram
+from .chunks import balanced, bins, equal_length, histogram
 from .vector import split_at
-
-#: The algorithms that cut the index range into chunks (and take ``boundaries``).
-CHUNKED = ("sparse_ring", "sparse_direct")
 
 
 @dataclass
@@ -40,7 +37,37 @@ class Layout:
 
 
 def _histogram_bytes(n: int, p: int) -> int:
-    return 8 * max(1, min(n, BINS_PER_RANK * p))
+    return 8 * bins(n, p)  # int64 counts
+
+
+def _absent(loads: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """``1 − d``, each rank's density in each chunk, kept in [0, 1] (rounded loads can
+    exceed a full chunk)."""
+    density = np.divide(loads, widths, out=np.zeros_like(loads), where=widths > 0)
+    return 1 - np.clip(density, 0, 1)
+
+
+def union(n: int, density: float, ranks: int) -> float:
+    """Expected size of the union of ``ranks`` independent supports of ``density``."""
+    return n * (1 - (1 - min(density, 1.0)) ** ranks)
+
+
+def measured_unions(supports: list[np.ndarray]) -> list[float]:
+    """``u[s]``, s = 0 … p: the mean size of the union of ``s`` ranks' supports (sorted,
+    unique indices, as the sparse allreduce takes them), over the ``p`` windows of
+    consecutive ranks (the groups a ring's partial sums hold)."""
+    p = len(supports)
+    length = 1 + max((int(s[-1]) for s in supports if len(s)), default=0)
+    totals = np.zeros(p + 1)
+    for r in range(p):  # grow the window ending at r one rank at a time: no sorting
+        present = np.zeros(length, bool)
+        size = 0
+        for s in range(1, p + 1):
+            support = supports[(r - s + 1) % p]
+            size += len(support) - int(np.count_nonzero(present[support]))
+            present[support] = True
+            totals[s] += size
+    return [float(total / p) for total in totals]
 
 
 def from_supports(supports: list[np.ndarray], n: int, boundaries: str = "length") -> Layout:
@@ -70,57 +97,55 @@ def from_supports(supports: list[np.ndarray], n: int, boundaries: str = "length"
                   _histogram_bytes(n, p) if boundaries == "nonzeros" else 0)
 
 
-def chunk_counts(indices: np.ndarray, n: int, p: int) -> np.ndarray:
+def chunk_counts(indices: np.ndarray, n: int, p: int) -> list[int]:
     """How many of ``indices`` (sorted) fall in each of the ``p`` equal-length chunks: what
     a rank adds to the call's check for :func:`expected`."""
-    return np.diff(np.searchsorted(indices, [lo for lo, _ in equal_length(n, p)] + [n]))
+    return [sl.stop - sl.start for sl in split_at(indices, equal_length(n, p))]
 
 
 def _rebalanced(loads: np.ndarray, n: int) -> tuple[list[tuple[int, int]], np.ndarray]:
     """Chunks of equal expected nonzeros, cut where the summed loads, spread uniformly
-    inside each equal-length chunk, reach ``c/p`` of the pairs, and each rank's pairs in
-    them (by overlap)."""
+    inside each equal-length chunk, reach ``c/p`` of the pairs; and ``overlap[a, b]``, the
+    elements equal-length chunk ``a`` shares with new chunk ``b``."""
     p = len(loads)
     old = equal_length(n, p)
     totals = loads.sum(axis=0)
-    if not totals.sum():
-        return old, loads
-    edges = np.array([lo for lo, _ in old] + [n], float)
-    cumulative = np.concatenate(([0.0], np.cumsum(totals)))
-    targets = np.arange(p) * cumulative[-1] / p
-    cuts = [int(np.ceil(x)) for x in np.interp(targets, cumulative, edges)] + [n]
-    cuts[0] = 0
-    bounds = [(cuts[c], max(cuts[c], cuts[c + 1])) for c in range(p)]
-    overlap = np.zeros((p, p))
-    for a, (lo, hi) in enumerate(old):
-        for b, (new_lo, new_hi) in enumerate(bounds):
-            if hi > lo:
-                overlap[a, b] = max(0, min(hi, new_hi) - max(lo, new_lo)) / (hi - lo)
-    return bounds, loads @ overlap
+    bounds = old
+    if totals.sum():
+        edges = np.array([lo for lo, _ in old] + [n], float)
+        cumulative = np.concatenate(([0.0], np.cumsum(totals)))
+        targets = np.arange(p) * cumulative[-1] / p
+        cuts = [int(np.ceil(x)) for x in np.interp(targets, cumulative, edges)] + [n]
+        cuts[0] = 0
+        bounds = [(cuts[c], cuts[c + 1]) for c in range(p)]
+    overlap = np.array([[max(0, min(hi, new_hi) - max(lo, new_lo)) for new_lo, new_hi in bounds]
+                        for lo, hi in old], float)
+    return bounds, overlap
 
 
 def expected(loads, n: int, boundaries: str = "length") -> Layout:
     """The layout expected when rank ``r`` holds ``loads[r][c]`` pairs in equal-length
-    chunk ``c``, each spread uniformly and independently inside its chunk."""
+    chunk ``c``, each spread uniformly and independently inside its chunk; a cut of equal
+    nonzeros takes, in each new chunk, each part of an equal-length chunk at that chunk's
+    densities."""
     loads = np.asarray(loads, float)
     p = len(loads)
+    widths = np.array([hi - lo for lo, hi in equal_length(n, p)], float)
     if boundaries == "nonzeros":
-        bounds, loads = _rebalanced(loads, n)
+        bounds, overlap = _rebalanced(loads, n)
     else:
-        bounds = equal_length(n, p)
-    widths = np.array([hi - lo for lo, hi in bounds], float)
-    absent = 1 - np.divide(loads, widths, out=np.zeros_like(loads), where=widths > 0)
+        bounds, overlap = equal_length(n, p), np.diag(widths)
+    absent = _absent(loads, widths)  # by equal-length chunk
+    pieces = ((1 - absent) @ overlap if boundaries == "nonzeros"  # rank r's pairs in chunk b
+              else np.minimum(loads, widths))
     ring = np.zeros((max(p - 1, 0), p))
     finished = np.zeros(p)
-    for c in range(p):
-        missing = 1.0
-        for s in range(p):
-            r = (c + s + 1) % p
-            missing *= absent[r, c]
-            if s < p - 1:
-                ring[s, r] = widths[c] * (1 - missing)
-        finished[c] = widths[c] * (1 - missing)
-    return Layout(bounds, loads, ring, finished,
+    for c in range(p):  # chunk c takes in ranks c + 1, c + 2, ... in turn
+        order = (c + 1 + np.arange(p)) % p
+        held = (1 - np.cumprod(absent[order], axis=0)) @ overlap[:, c]  # [s]: s + 1 ranks
+        ring[np.arange(p - 1), order[:-1]] = held[:-1]
+        finished[c] = held[-1]
+    return Layout(bounds, pieces, ring, finished,
                   _histogram_bytes(n, p) if boundaries == "nonzeros" else 0)
 
 
@@ -131,7 +156,7 @@ def window_unions(loads, n: int) -> list[float]:
     loads = np.asarray(loads, float)
     p = len(loads)
     widths = np.array([hi - lo for lo, hi in equal_length(n, p)], float)
-    absent = 1 - np.divide(loads, widths, out=np.zeros_like(loads), where=widths > 0)
+    absent = _absent(loads, widths)
     totals = np.zeros(p + 1)
     for r in range(p):  # the windows ending at r: ranks r, r − 1, ..., r − p + 1
         missing = np.cumprod(absent[(r - np.arange(p)) % p], axis=0)
