@@ -17,7 +17,7 @@ from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
 from .comm import Communicator
 from .ops import DTYPES, OP_NAMES, OPS
 from .ddp_hook import DDPHookState, ddp_hook
-from .sparse import SPARSE_ALGORITHMS, sparse_allreduce, topk_allreduce
+from .sparse import SPARSE_ALGORITHMS, SPARSE_CHOICES, sparse_allreduce, topk_allreduce
 from .transports import as_communicator
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "OPS",
     "OP_NAMES",
     "SPARSE_ALGORITHMS",
+    "SPARSE_CHOICES",
     "Communicator",
     "DDPHookState",
     "allgather",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from .sparse import GLOO, SparseRow
 
@@ -44,10 +45,24 @@ _MEETS = {">=": lambda value, goal: value >= goal, ">": lambda value, goal: valu
           "<=": lambda value, goal: value <= goal}
 
 
-def measures(rows: list[SparseRow]) -> list[tuple[str, str, float, float, str, str]]:
-    """The targets of the sparse allreduce, from one run's rows, as numbers:
-    ``(what, how the value reads, value, goal, comparison, unit)``, met when ``value
-    comparison goal`` (the unit ``"x"`` for a ratio, ``"share"`` for a fraction of rows)."""
+class Measure(NamedTuple):
+    """One target read from one run: met when ``value compare goal``; ``unit`` is ``"x"``
+    for a ratio, ``"share"`` for a fraction of rows; ``aside`` says how the value reads."""
+
+    what: str
+    aside: str
+    value: float
+    goal: float
+    compare: str
+    unit: str
+
+    @property
+    def met(self) -> bool:
+        return _MEETS[self.compare](self.value, self.goal)
+
+
+def measures(rows: list[SparseRow]) -> list[Measure]:
+    """The targets of the sparse allreduce, from one run's rows, as numbers."""
     from ..sparse import SPARSE_CHOICES
 
     found = []
@@ -86,11 +101,12 @@ def measures(rows: list[SparseRow]) -> list[tuple[str, str, float, float, str, s
     found.append(("`auto` within 10% of the fastest exact algorithm's speed at every density",
                   "at worst", min(ratios), 0.9, ">=", "x"))
     exact = [row for row in rows if row.name in SPARSE_CHOICES and row.n >= 1 << 20]
-    within = sum(abs(row.predicted / row.seconds - 1) <= 0.3 for row in exact)
-    found.append(("the model within 30% on at least 7 in 8 of the exact algorithms' rows at "
-                  "n of 1 M and more", f"{within} of {len(exact)}", within / len(exact), 0.875,
-                  ">=", "share"))
-    return found
+    if exact:
+        within = sum(abs(row.predicted / row.seconds - 1) <= 0.3 for row in exact)
+        found.append(("the model within 30% on at least 7 in 8 of the exact algorithms' rows "
+                      "at n of 1 M and more", f"{within} of {len(exact)}", within / len(exact),
+                      0.875, ">=", "share"))
+    return [Measure(*target) for target in found]
 
 
 def _shown(value: float, unit: str) -> str:
@@ -100,8 +116,8 @@ def _shown(value: float, unit: str) -> str:
 def targets(rows: list[SparseRow]) -> list[tuple[str, bool]]:
     """The targets of the sparse allreduce, from one run's rows: ``(what, met)``, ``what``
     ending in the value."""
-    return [(f"{what} ({_reading(aside, value, unit)})", _MEETS[compare](value, goal))
-            for what, aside, value, goal, compare, unit in measures(rows)]
+    return [(f"{m.what} ({_reading(m.aside, m.value, m.unit)})", m.met)
+            for m in measures(rows)]
 
 
 def _reading(aside: str, value: float, unit: str) -> str:
@@ -116,13 +132,17 @@ def over_runs(runs: list[list[SparseRow]]) -> list[tuple[str, str, bool]]:
     dense runs)."""
     import statistics
 
+    read = [measures(rows) for rows in runs]
+    if any([m.what for m in run] != [m.what for m in read[0]] for run in read):
+        raise ValueError("the runs measure different targets (not the same supports and "
+                         "densities?)")
     found = []
-    for per_run in zip(*(measures(rows) for rows in runs), strict=True):
-        what, _, _, goal, compare, unit = per_run[0]
-        values = [value for _, _, value, *_ in per_run]
+    for per_run in zip(*read):
+        first, values = per_run[0], [m.value for m in per_run]
         median = statistics.median(values)
-        found.append((what, f"{_shown(median, unit)} [{_shown(min(values), unit)}–"
-                      f"{_shown(max(values), unit)}]", _MEETS[compare](median, goal)))
+        found.append((first.what, f"{_shown(median, first.unit)} [{_shown(min(values), first.unit)}"
+                      f"–{_shown(max(values), first.unit)}]",
+                      first._replace(value=median).met))
     return found
 
 
