@@ -179,8 +179,9 @@ def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
                         for r in range(row.ranks)]
             counts = [len(support) for support in supports]
             fixed = predicted_with({}, row, counts, supports)  # wire and overhead alone
-            # the prediction is linear in every constant but "message", which adds to α on
-            # the critical path: its column is the prediction's growth per second of it
+            # each column is the prediction's growth per second of one constant, the others
+            # at 0: linear in most, but "message" adds to α on the critical path and the
+            # local work is the busiest rank's, so the fit solves the model linearised there
             matrix.append([(predicted_with({name: 1e-6}, row, counts, supports) - fixed) / 1e-6
                            / row.seconds for name in names])
             measured.append((row.seconds - fixed) / row.seconds)

@@ -9,7 +9,8 @@ for integers and to rounding for floats, and every rank gets the same bits.  A t
 COO 1-D tensor may be passed instead, ``sparse_allreduce(t, comm)``, and one comes back.
 
 The exact algorithms, one module each, are listed in :data:`SPARSE_ALGORITHMS`; ``auto``
-picks one by predicted time (:mod:`allreduce.sparse.auto`).  ``topk_allreduce`` is the
+picks one, and for ``sparse_ring`` and ``sparse_direct`` how they cut the index range, by
+predicted time (:mod:`allreduce.sparse.auto`).  ``topk_allreduce`` is the
 approximate sum that stays k-sparse (:mod:`allreduce.sparse.topk_allreduce`).  Each call is
 checked on every rank first (:mod:`allreduce.sparse.check`): a bad or mismatched call raises
 the same error everywhere, before any data moves, and leaves the caller's arrays alone.

@@ -49,8 +49,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to one run
 #: on the idle reference machine (4 MPI ranks on 2 cores; ``chapters/data/sparse_bench_fit.json``:
 #: uniform supports at n = 16 M, 0.01-50%, the course's gradients at 0.01-50%, identical
-#: and disjoint supports at 0.01-1%), so that the committed record, a later run
-#: (``chapters/data/sparse_bench_reference.json``), tests them.  A constant the fit found
+#: and disjoint supports at 0.01-1%), so that the committed record, three later runs
+#: (``chapters/data/sparse_bench_runs.json``, the last also ``sparse_bench_reference.json``),
+#: tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
 LOCAL = {"code": 7.07e-9, "code_dense": 13e-9, "code_call": 0.0, "merge": 1.28e-9,
          "merge_dense": 7.02e-9, "merge_call": 56.5e-6, "densify": 4.66e-9, "gather": 11.6e-9,
@@ -69,7 +70,8 @@ def _merging(m, width, runs=2):
     """Seconds to merge ``runs`` sorted runs (free below two: nothing to merge) of ``m``
     pairs in all in a range of ``width`` elements: a stable sort (m·lg m), or a dense sum
     over the range once the pairs fill :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of
-    it (as the merge does, which measures the runs' own span).  Element-wise on arrays."""
+    ``width`` (the merge itself measures the runs' own span, at most ``width``).
+    Element-wise on arrays."""
     m, width = np.asarray(m, float), np.asarray(width, float)
     dense = LOCAL["merge_call"] + (width + m) * LOCAL["merge_dense"]
     sorting = LOCAL["merge_call"] + m * np.log2(np.maximum(m, 2.0)) * LOCAL["merge"]

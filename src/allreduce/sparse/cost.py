@@ -152,8 +152,10 @@ def expected_terms(algorithm: str, n: int, p: int, k: float, itemsize: int,
                    unions) -> Terms:
     """Steps and bytes when every rank's message in a step has the expected size: ``k``
     pairs per rank, ``unions(s)`` the size of the union of ``s`` ranks' supports, chunks of
-    equal length holding ``1/p`` of each.  What ``auto`` predicts with (no supports known)
-    and what the chapter's simulation on thousands of ranks uses."""
+    equal length holding ``1/p`` of each.  What ``auto`` prices allgather's and recursive
+    doubling's wire with (the chunked algorithms go through :func:`chunked_steps` of an
+    expected :mod:`~allreduce.sparse.layout`), and what the chapter's simulation on
+    thousands of ranks uses."""
     if p == 1:
         return Terms(0, 0, 0)
     chunk = n / p

@@ -19,7 +19,7 @@
                               and shared_card)
      crossing, crossover      allreduce.cost.crossing, crossover (the bisection)
      fastest, fastestOnNodes  allreduce.algorithms.auto.fastest, fastest_on_nodes
-     sparseUnion              allreduce.sparse.auto.union
+     sparseUnion              allreduce.sparse.layout.union
      expectedTerms            allreduce.sparse.cost.expected_terms (with vector.index_dtype)
      step, weakEfficiency, strongEfficiency   allreduce.scaling.step, weak_efficiency,
                                               strong_efficiency
