@@ -690,3 +690,14 @@ def test_topk_allreduce_reads_no_boundaries_as_equal_lengths():
                                                        boundaries=b)) for b in (None, "length")]
     for none, length in zip(*results):
         assert none.indices.tolist() == length.indices.tolist()
+
+
+def test_a_named_algorithm_reads_no_boundaries_as_equal_lengths():
+    """Naming an algorithm without boundaries is naming equal lengths: ranks that say it
+    one way or the other agree."""
+    p, n = 3, 30
+    vectors = [(np.array([1, 2, 20 + r]), np.array([1.0, 2.0, 3.0])) for r in range(p)]
+    results = run_threads(p, lambda c: sparse_allreduce(
+        *vectors[c.rank], n, c, algorithm="sparse_ring",
+        boundaries=None if c.rank == 1 else "length"))
+    assert all(indices.tolist() == [1, 2, 20, 21, 22] for indices, _ in results)

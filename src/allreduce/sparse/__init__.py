@@ -69,6 +69,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
         comm, values = values, None
     communicator = as_communicator(comm)
     names = (*SPARSE_ALGORITHMS, "auto")
+    if boundaries is None and algorithm != "auto":
+        boundaries = "length"  # a named algorithm cuts equal lengths, said or not
     call = describe(indices, values, n, op, algorithm, names, boundaries,
                     dense_output=dense_output)
     model = auto_model()
