@@ -204,7 +204,7 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
     (ties to the one listed first, equal lengths first), from ``loads`` rounded to quarter
     powers of two (at most 9% off), and remembered, so that calls holding about the same
     pairs in the same chunks reuse it: a new choice is Python work that grows with p²
-    (measured on the reference machine: under 1 ms on 4 ranks, about 40 ms on 64)."""
+    (measured on the reference machine: under 1 ms on 4 ranks, about 50 ms on 64)."""
     times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
                          dense_output, boundaries)
     return min(times, key=times.get)

@@ -105,12 +105,9 @@ def chunked_steps(algorithm: str, layout: Layout, itemsize: int) -> list[list[Mo
     (:mod:`allreduce.sparse.layout`: real or expected pairs)."""
     bounds, p = layout.bounds, len(layout.bounds)
     steps = _doubling(p, lambda group: layout.histogram_bytes) if layout.histogram_bytes else []
-    forms = [(index_dtype(hi).itemsize + itemsize, (hi - lo) * itemsize + -(-(hi - lo) // 8))
-             for lo, hi in bounds]  # each chunk's bytes a pair, and its dense form's
 
-    def size(pairs: float, chunk: int) -> float:  # message_bytes, on plain floats
-        pair_size, dense = forms[chunk]
-        return OVERHEAD_BYTES + min(dense, pairs * pair_size)
+    def size(pairs: float, chunk: int) -> float:
+        return message_bytes(pairs, *bounds[chunk], itemsize)
 
     ring, pieces, finished = layout.ring.tolist(), layout.pieces.tolist(), layout.finished.tolist()
     if algorithm == "sparse_ring":  # in step s rank r sends chunk r − s − 1

@@ -45,9 +45,12 @@ def timed(function):
     return counted
 
 
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
 def index_dtype(n: int) -> np.dtype:
     """int32 indices while they fit, int64 from 2³¹ elements."""
-    return np.dtype(np.int32 if n < 2**31 else np.int64)
+    return _INT32 if n < 2**31 else _INT64
 
 
 #: The merge sums in a dense array of the runs' index range, instead of sorting, once the
