@@ -254,6 +254,24 @@ def test_chunks_of_equal_nonzeros_balance_clustered_supports():
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 255, 256, 257, 1000, 123_457, 2**33 + 5])
+@pytest.mark.parametrize("p", [1, 3, 4, 8])
+def test_the_histogram_counts_each_bin_as_its_definition_says(n, p):
+    """The histogram (a binary search per bin edge) counts in bin ``j`` the indices ``i``
+    with ``⌊i·bins/n⌋ = j``, including the first and last index of the range."""
+    from allreduce.sparse.chunks import bins, histogram
+
+    rng = np.random.default_rng(n + p)
+    k = min(n, 3000)
+    indices = np.unique(np.concatenate([rng.integers(0, max(n, 1), k), [0, n - 1]]))
+    indices = indices[(indices >= 0) & (indices < n)]
+    count = bins(n, p)
+    want = np.bincount(indices * count // max(n, 1), minlength=count)
+    got = histogram(indices, n, p)
+    assert got.dtype == np.int64 and len(got) == count
+    assert (got == want).all() and got.sum() == len(indices)
+
+
 @pytest.mark.parametrize("p", range(1, 9))
 def test_the_cost_from_the_supports_is_the_replayed_trace(p):
     """allreduce.sparse.cost computes every message from the supports (the unions after

@@ -28,10 +28,17 @@ def bins(n: int, p: int) -> int:
     return max(1, min(n, BINS_PER_RANK * p))
 
 
-def histogram(indices: np.ndarray, n: int, p: int) -> np.ndarray:
-    """How many of ``indices`` fall in each of the bins that :func:`balanced` cuts."""
+def bin_starts(n: int, p: int) -> np.ndarray:
+    """Where each bin starts, and ``n``: bin ``j`` holds the indices ``i`` with
+    ``⌊i·bins/n⌋ = j``, so it starts at ``⌈j·n/bins⌉``."""
     count = bins(n, p)
-    return np.bincount(indices * count // max(n, 1), minlength=count).astype(np.int64)
+    return -(-np.arange(count + 1, dtype=np.int64) * n // count)
+
+
+def histogram(indices: np.ndarray, n: int, p: int) -> np.ndarray:
+    """How many of ``indices`` (sorted, as every sparse vector here) fall in each of the
+    bins that :func:`balanced` cuts: a binary search per bin edge, not a pass over them."""
+    return np.diff(np.searchsorted(indices, bin_starts(n, p))).astype(np.int64)
 
 
 def balanced(total: np.ndarray, n: int, p: int) -> list[tuple[int, int]]:

@@ -55,10 +55,12 @@ def index_dtype(n: int) -> np.dtype:
 
 #: The merge sums in a dense array of the runs' index range, instead of sorting, once the
 #: pairs are at least this share of the range: measured on the reference machine (one
-#: process, 2-4 runs of float32 pairs in ranges of 1-16 M), sorting was faster below about
-#: a fifth (at 1% of 16 M, 3x) and the dense sum faster above about a quarter (2-5x at 40%
-#: and more).
-DENSE_MERGE_SHARE = 0.25
+#: process, 4 runs of float32 pairs on random supports in ranges of 128 K-16 M), sorting
+#: (about 15 ns a pair, the stable argsort) was faster up to a tenth of the range (1.2-3x
+#: at 6%), and the dense sum from an eighth up (1.1-1.8x at 12%, 1.5-2.7x at 25%).  Between
+#: the two, numpy's ``flatnonzero`` of the presence mask takes its slow, branching path
+#: (below a tenth of the entries set) and costs more than the additions.
+DENSE_MERGE_SHARE = 0.125
 
 
 @timed
