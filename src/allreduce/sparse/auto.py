@@ -205,7 +205,16 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
     powers of two (at most 9% off), and remembered, so that calls holding about the same
     pairs in the same chunks reuse it: a new choice is Python work that grows with p²
     (measured on the reference machine: under 1 ms on 4 ranks, about 50 ms on 64)."""
-    times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
+    exact = None if loads is None else tuple(map(tuple, loads))
+    return _choice(n, tuple(counts), exact, itemsize, model, tuple(candidates), dense_output,
+                   boundaries)
+
+
+@functools.lru_cache(maxsize=256)
+def _choice(n, counts, loads, itemsize, model, candidates, dense_output, boundaries):
+    """:func:`choose` for loads seen before: a call that repeats another's loads exactly
+    (the same pairs, a benchmark) skips rounding them, p² logarithms in Python."""
+    times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, candidates,
                          dense_output, boundaries)
     return min(times, key=times.get)
 

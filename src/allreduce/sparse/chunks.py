@@ -46,10 +46,9 @@ def balanced(total: np.ndarray, n: int, p: int) -> list[tuple[int, int]]:
     ``c/p`` of its pairs (equal lengths when there are none)."""
     if not total.sum():
         return equal_length(n, p)
-    bins = len(total)
     before = np.concatenate(([0], np.cumsum(total)))  # pairs before each bin edge
     edges = [int(np.searchsorted(before, c * before[-1] / p)) for c in range(p)]
-    starts = [-(-edge * n // bins) for edge in edges] + [n]  # bin j starts at ⌈j·n/bins⌉
+    starts = [int(start) for start in bin_starts(n, p)[edges]] + [n]
     return [(starts[c], starts[c + 1]) for c in range(p)]
 
 

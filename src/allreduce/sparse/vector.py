@@ -55,11 +55,11 @@ def index_dtype(n: int) -> np.dtype:
 
 #: The merge sums in a dense array of the runs' index range, instead of sorting, once the
 #: pairs are at least this share of the range: measured on the reference machine (one
-#: process, 4 runs of float32 pairs on random supports in ranges of 128 K-16 M), sorting
-#: (about 15 ns a pair, the stable argsort) was faster up to a tenth of the range (1.2-3x
-#: at 6%), and the dense sum from an eighth up (1.1-1.8x at 12%, 1.5-2.7x at 25%).  Between
-#: the two, numpy's ``flatnonzero`` of the presence mask takes its slow, branching path
-#: (below a tenth of the entries set) and costs more than the additions.
+#: process, 2 or 4 runs of float32 pairs on random supports, ranges of 128 K-8 M), sorting
+#: (a stable argsort, about 15 ns a pair) was faster at 9% of the range (1.1-2.8x) and the
+#: dense sum at 12.5% (1.0-1.7x) and 25% (1.4-2.5x).  Much of the dense sum's cost below
+#: that is numpy's ``flatnonzero`` of the presence mask, which takes a slower, branching
+#: path while at most a tenth of the mask is set.
 DENSE_MERGE_SHARE = 0.125
 
 
