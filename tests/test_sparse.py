@@ -400,6 +400,29 @@ def test_auto_switches_to_dense_as_the_density_grows():
         assert times == sorted(times), name
 
 
+@pytest.mark.parametrize("p", [4, 17])
+def test_auto_remembers_a_choice_per_exact_loads_and_chooses_as_it_predicts(p):
+    """choose() keys its memo on the loads as given (a list, a tuple or an array of the same
+    ints are one key), answers a repeat from it, and answers what the rounded predictions
+    rank first, on few ranks (remembered) and on more than FEW_RANKS (not)."""
+    from allreduce.algorithms.auto import DEFAULT_MODEL
+    from allreduce.sparse import auto as sparse_auto
+
+    n = 1 << 20
+    loads = [[1000 * (c == r) + 7 * c + 3 for c in range(p)] for r in range(p)]
+    counts = [sum(row) for row in loads]
+    sparse_auto._choice.cache_clear()
+    first = sparse_auto.choose(n, counts, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS, loads=loads)
+    again = sparse_auto.choose(n, tuple(counts), 4, DEFAULT_MODEL, list(SPARSE_ALGORITHMS),
+                               loads=np.array(loads))
+    assert first == again
+    remembered = p <= sparse_auto.FEW_RANKS
+    assert sparse_auto._choice.cache_info().hits == (1 if remembered else 0)
+    times = sparse_auto._predictions(n, sparse_auto._rounded_loads(counts, loads), 4,
+                                     DEFAULT_MODEL, SPARSE_ALGORITHMS, False, None)
+    assert first == min(times, key=times.get)
+
+
 def test_sparse_auto_explains_its_choice_and_names_the_model():
     """The sparse auto chooses under the dense auto's model (the committed default unless a
     process loads one), and explain() says which, with each prediction."""

@@ -204,16 +204,16 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
     (ties to the one listed first, equal lengths first), from ``loads`` rounded to quarter
     powers of two (at most 9% off), and remembered, so that calls holding about the same
     pairs in the same chunks reuse it: a new choice is Python work that grows with p²
-    (measured on the reference machine: under 1 ms on 4 ranks, about 50 ms on 64)."""
+    (measured on the reference machine: under 1 ms on 4 ranks, about 50 ms on 64).  It is
+    remembered per exact loads too, so that a call repeating another's loads skips even
+    rounding them (p² logarithms in Python: 6.5 µs a call on 4 ranks)."""
     exact = None if loads is None else tuple(map(tuple, loads))
-    return _choice(n, tuple(counts), exact, itemsize, model, tuple(candidates), dense_output,
-                   boundaries)
+    args = (n, tuple(counts), exact, itemsize, model, tuple(candidates), dense_output,
+            boundaries)
+    return (_choice if len(counts) <= FEW_RANKS else _choice_of)(*args)
 
 
-@functools.lru_cache(maxsize=256)
-def _choice(n, counts, loads, itemsize, model, candidates, dense_output, boundaries):
-    """:func:`choose` for loads seen before: a call that repeats another's loads exactly
-    (the same pairs, a benchmark) skips rounding them, p² logarithms in Python."""
+def _choice_of(n, counts, loads, itemsize, model, candidates, dense_output, boundaries):
     times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, candidates,
                          dense_output, boundaries)
     return min(times, key=times.get)
@@ -226,8 +226,7 @@ def _rounded_loads(counts: list[int], loads) -> tuple[tuple[float, ...], ...]:
                        for x in row) for row in loads)
 
 
-@functools.lru_cache(maxsize=1024)
-def _predictions(n, loads, itemsize, model, candidates, dense_output, boundaries) -> dict:
+def _predicted(n, loads, itemsize, model, candidates, dense_output, boundaries) -> dict:
     """Every option's predicted seconds (see :func:`choose`); all 0 on one rank."""
     if len(loads) == 1:
         return {option: 0.0 for option in options(candidates, boundaries)}
@@ -237,6 +236,19 @@ def _predictions(n, loads, itemsize, model, candidates, dense_output, boundaries
     return {option: _predict(option[0], n, counts, itemsize, model, unions,
                              held[option[1]] if option[0] in CHUNKED else None, dense_output)
             for option in options(candidates, boundaries)}
+
+
+#: Up to this many ranks a remembered choice's key (p² loads) is small, and many are kept
+#: (a few MB in all); beyond, only the last four (at 1,024 ranks a key holds a million
+#: loads, tens of MB).
+FEW_RANKS = 16
+_choice = functools.lru_cache(maxsize=256)(_choice_of)
+_few = functools.lru_cache(maxsize=1024)(_predicted)
+_many = functools.lru_cache(maxsize=4)(_predicted)
+
+
+def _predictions(n, loads, *rest) -> dict:
+    return (_few if len(loads) <= FEW_RANKS else _many)(n, loads, *rest)
 
 
 def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool = False,
