@@ -57,9 +57,9 @@ def index_dtype(n: int) -> np.dtype:
 #: pairs are at least this share of the range: measured on the reference machine (one
 #: process, 2 or 4 runs of float32 pairs on random supports, ranges of 128 K-8 M), sorting
 #: (a stable argsort, about 15 ns a pair) was faster at 9% of the range (1.1-2.8x) and the
-#: dense sum at 12.5% (1.0-1.7x) and 25% (1.4-2.5x).  Much of the dense sum's cost below
-#: that is numpy's ``flatnonzero`` of the presence mask, which takes a slower, branching
-#: path while at most a tenth of the mask is set.
+#: dense sum at 12.5% (1.0-1.7x; even for 2 runs in 128 K) and 25% (1.4-2.5x).  Much of the
+#: dense sum's cost below that is numpy's ``flatnonzero`` of the presence mask, which takes
+#: a slower, branching path while at most a tenth of the mask is set.
 DENSE_MERGE_SHARE = 0.125
 
 
