@@ -202,6 +202,44 @@ def test_bench_times_in_interleaved_rounds_and_keeps_the_slowest_rank(world):
     assert_on_all_ranks(world, ok, f"counts {counts}, order {timed}, seconds {seconds}")
 
 
+def test_bench_times_each_call_its_own_iterations_with_an_untimed_call_per_block(world):
+    """The sparse benchmark's timing: iterations per name (a short call gets more), split
+    into ``rounds`` blocks (a call with fewer iterations than rounds sits the last rounds
+    out), each block's timed calls after one untimed call of its own (``rewarm``) and a
+    barrier, in orders drawn from ``seed`` and the round (the same on every rank, and not
+    another seed's)."""
+    from allreduce import bench
+
+    log: list[str] = []
+
+    def call_of(name):
+        return lambda: log.append(name)
+
+    def barrier():
+        log.append("|")
+        world.Barrier()
+
+    orders = []
+    for seed in ((0, 0), (0, 1)):
+        log.clear()
+        seconds = bench._interleaved({n: call_of(n) for n in "abc"}, {"a": 14, "b": 3, "c": 7},
+                                     1, barrier=barrier, slowest=lambda t: t, rounds=7,
+                                     seed=seed, rewarm=True)
+        # before each barrier: the block's untimed call; after it, the block's timed calls
+        pieces = "".join(log[3:]).split("|")  # after one warm-up each
+        blocks = [pieces[i][:-1] for i in range(1, len(pieces) - 1)] + [pieces[-1]]
+        untimed = [piece[-1] for piece in pieces[:-1]]
+        firsts = tuple(block[0] for block in blocks)
+        orders.append(firsts)
+        ok = (log[:3] == list("abc") and set(seconds) == set("abc") and pieces[0] == untimed[0]
+              and untimed == list(firsts) and all(len(set(block)) == 1 for block in blocks)
+              and sorted(map(len, blocks)) == [1] * 3 + [1] * 7 + [2] * 7  # b, c, a
+              and firsts.count("a") == 7 and firsts.count("b") == 3
+              and len(set(world.allgather(firsts))) == 1)
+        assert_on_all_ranks(world, ok, f"seed {seed}: {log}")
+    assert_on_all_ranks(world, orders[0] != orders[1], f"one order for two seeds: {orders}")
+
+
 SPARSE_CASES = [(name, "length") for name in (*allreduce.SPARSE_ALGORITHMS, "auto")] + [
     ("sparse_ring", "nonzeros"), ("sparse_direct", "nonzeros")]
 

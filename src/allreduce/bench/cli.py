@@ -82,6 +82,7 @@ def _parser(sparse: bool):
             "benchmark's options."))
     if sparse:
         from ..sparse import SPARSE_CHOICES
+        from .sparse import LEAST_TIMED
 
         parser.add_argument("--sparse", action="store_true",
                             help="benchmark the sparse allreduce (under mpiexec)")
@@ -96,6 +97,9 @@ def _parser(sparse: bool):
                                  "disjoint, gradients (the course transformer's Top-k "
                                  "gradients; densities above 1%% regenerate them once, in "
                                  "minutes)")
+        parser.add_argument("--least-timed", type=float, default=None, metavar="SECONDS",
+                            help="time each call at a density for at least this long: more "
+                                 f"iterations for short calls (default: {LEAST_TIMED:g})")
     else:
         parser.add_argument("-b", "--minbytes", default="1K", help="smallest size")
         parser.add_argument("-e", "--maxbytes", default="64M", help="largest size")
@@ -238,7 +242,7 @@ def _sparse_main(parser, args) -> int:
     from mpi4py import MPI
 
     from ..sparse import SPARSE_CHOICES
-    from .sparse import MOST_ITERATIONS, format_sparse, sparse_table
+    from .sparse import LEAST_TIMED, MOST_ITERATIONS, ROUNDS, format_sparse, sparse_table
     from .sparse_inputs import SOURCES
 
     if (refusal := one_rank(MPI.COMM_WORLD.size, args.allow_one_rank)) is not None:
@@ -257,12 +261,13 @@ def _sparse_main(parser, args) -> int:
         parser.error(f"unknown supports {', '.join(unknown)}; known: {', '.join(SOURCES)}")
     rows = sparse_table(MPI.COMM_WORLD, parse_size(args.count), densities, names,
                         supports=supports, iterations=args.iters, warmup=args.warmup_iters,
-                        torch_peer=not args.no_torch)
+                        torch_peer=not args.no_torch, least_timed=args.least_timed)
     if MPI.COMM_WORLD.rank == 0:
         print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum; "
-              f"at least {args.iters} timed iterations per density, more (up to "
-              f"{MOST_ITERATIONS}) where the fastest sparse call is short; "
-              "time = median over interleaved rounds, slowest rank; local = merging, "
+              f"at least {max(args.iters, ROUNDS)} timed iterations per call, more (up to "
+              f"{MOST_ITERATIONS}) so that each is timed for "
+              f"{LEAST_TIMED if args.least_timed is None else args.least_timed:g} s or more; "
+              f"time = median over {ROUNDS} interleaved rounds, slowest rank; local = merging, "
               "encoding, densifying; wire = time - local; model = auto's prediction from "
               "the real supports")
         print(format_sparse(rows))

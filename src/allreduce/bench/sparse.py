@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sparse_inputs import inputs
+from .sparse_inputs import SOURCES, inputs
 from .timing import PEER, _interleaved, _slowest, blocks
 
 DENSE_RING = "ring (densified)"
@@ -49,8 +49,11 @@ class SparseRow:
 
 def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
                  supports: tuple[str, ...] = ("uniform",), iterations: int = 5,
-                 warmup: int = 1, torch_peer: bool = True) -> list[SparseRow]:
-    """The rows of ``--sparse`` on the mpi4py communicator ``comm`` (collective)."""
+                 warmup: int = 1, torch_peer: bool = True,
+                 least_timed: float | None = None) -> list[SparseRow]:
+    """The rows of ``--sparse`` on the mpi4py communicator ``comm`` (collective); each call
+    timed for at least ``least_timed`` seconds (default :data:`LEAST_TIMED`)."""
+    least_timed = LEAST_TIMED if least_timed is None else least_timed
     rows = []
     for source in supports:
         length = n
@@ -65,7 +68,7 @@ def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
                 _idle_barrier(comm)
         pairs = {d: inputs(source, comm.rank, comm.size, length, d) for d in densities}
         rows += _source_rows(comm, length, densities, algorithms, source, pairs, iterations,
-                             warmup)
+                             warmup, least_timed)
         if torch_peer and source in ("uniform", "gradients"):
             rows += _gloo_rows(comm, length, densities, source, pairs, iterations, warmup)
     ring = {(row.supports, row.density): row.seconds for row in rows if row.name == DENSE_RING}
@@ -74,7 +77,8 @@ def sparse_table(comm, n: int, densities: list[float], algorithms: list[str], *,
             for row in rows]
 
 
-def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warmup):
+def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warmup,
+                 least_timed):
     from mpi4py import MPI
 
     from ..algorithms.auto import model as dense_model
@@ -113,12 +117,14 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
                 local.setdefault(name, []).append(local_seconds() - before)
             return run
 
-        names = [PEER, DENSE_RING, *algorithms]
+        names = list(dict.fromkeys([PEER, DENSE_RING, *algorithms]))
         calls = {name: call_of(name) for name in names}
-        timed = _enough(comm, [calls[name] for name in dict.fromkeys(algorithms)], iterations)
+        timed = _enough(comm, calls, iterations, least_timed)
         local.clear()  # the probes' local times are not the timed calls'
         seconds = _interleaved(calls, timed, warmup, barrier=comm.Barrier,
-                               slowest=lambda t: _slowest(comm, t))
+                               slowest=lambda t: _slowest(comm, t), rounds=ROUNDS,
+                               seed=(SOURCES.index(source), densities.index(density)),
+                               rewarm=True)
         gradient = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
         comm.Barrier()
         start = time.perf_counter()
@@ -131,7 +137,7 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
             got = out if isinstance(out, np.ndarray) else densify(*out, n)
             wrong = int(np.sum(~np.isclose(got, reference, rtol=1e-5, atol=1e-5 * comm.size)))
             nnz = int(np.count_nonzero(got)) if isinstance(out, np.ndarray) else len(out[0])
-            mine = _timed_local(local[name], timed, warmup) if name in local else None
+            mine = _timed_local(local[name], timed[name], warmup) if name in local else None
             spent = None if mine is None else comm.allreduce(mine, op=MPI.MAX)
             chosen = predicted = None
             if name not in (PEER, DENSE_RING) and comm.rank == 0:
@@ -154,35 +160,50 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
     return rows
 
 
-#: The least time, in seconds, that the fastest sparse algorithm at a density is timed for:
-#: :func:`_enough` raises the iterations for short calls (up to :data:`MOST_ITERATIONS`), so
-#: that a call of a millisecond is not judged on five single calls.
-LEAST_TIMED = 0.05
-MOST_ITERATIONS = 50
+#: The least time, in seconds, that each call at a density is timed for: :func:`_enough`
+#: raises the iterations of a short call (up to :data:`MOST_ITERATIONS`), so that a sparse
+#: call of a millisecond is judged on hundreds of calls, not on the few that suit the dense
+#: peers beside it, which take tens of milliseconds.
+LEAST_TIMED = 0.25
+MOST_ITERATIONS = 400
+#: The rounds each density's calls are timed in (:func:`~allreduce.bench.timing._interleaved`,
+#: each block after one untimed call of its own): more than the dense benchmark's five,
+#: since every call gets at least as many iterations.  Measured in two runs each (identical
+#: supports, 0.01-1%, seven rounds): without the untimed call ``auto``'s row was 0.80-1.15x
+#: the row of the algorithm it ran (the same code), with it 0.92-1.06x.
+ROUNDS = 7
 
 
-def _enough(comm, calls, iterations: int) -> int:
-    """The timed iterations for one density: at least ``iterations``, and enough for the
-    fastest of ``calls`` (each run once here, as a probe, slowest rank) to be timed for
-    :data:`LEAST_TIMED` seconds, at most :data:`MOST_ITERATIONS`; the same on every rank.
-    A probe is a call's first, cold, so it can only overstate the time and ask for fewer."""
-    fastest = float("inf")
-    for call in calls:
+def _enough(comm, calls: dict, iterations: int, least_timed: float) -> dict[str, int]:
+    """The timed iterations of each of ``calls`` (name → function) at one density: at least
+    ``iterations`` and :data:`ROUNDS`, and enough for the call (run once here, as a probe,
+    slowest rank) to be timed for ``least_timed`` seconds, at most
+    :data:`MOST_ITERATIONS`; the same on every rank.  A probe is a call's first, cold, so it
+    can only overstate the time and ask for fewer."""
+    least = max(iterations, ROUNDS)
+    counts = {}
+    for name, call in calls.items():
         comm.Barrier()
         start = time.perf_counter()
         call()
-        fastest = min(fastest, _slowest(comm, time.perf_counter() - start))
-    wanted = int(np.ceil(LEAST_TIMED / fastest)) if fastest > 0 else iterations
-    return max(iterations, min(MOST_ITERATIONS, wanted))
+        probe = _slowest(comm, time.perf_counter() - start)
+        wanted = int(np.ceil(least_timed / probe)) if probe > 0 else least
+        counts[name] = max(least, min(MOST_ITERATIONS, wanted))
+    return counts
 
 
 def _timed_local(per_call: list[float], iterations: int, warmup: int) -> float:
     """This rank's local seconds per call, aggregated as :func:`_interleaved` aggregates
-    time: warm-up calls left out, the mean of each round's calls, the median of the rounds.
-    Each call's local work is part of its time on this rank, so the result never exceeds
-    the slowest rank's time."""
+    time: warm-up calls and each block's untimed first call left out, the mean of each
+    round's calls, the median of the rounds.  Each call's local work is part of its time on
+    this rank, so the result never exceeds the slowest rank's time."""
+    rounds = blocks(iterations, ROUNDS)
+    if len(per_call) != warmup + len(rounds) + iterations:
+        raise RuntimeError(f"{len(per_call)} local times for {warmup} warm-up, {len(rounds)} "
+                           f"untimed and {iterations} timed calls")
     means, start = [], warmup
-    for block in blocks(iterations):
+    for block in rounds:
+        start += 1  # the block's untimed call
         means.append(sum(per_call[start:start + block]) / block)
         start += block
     return float(np.median(means))

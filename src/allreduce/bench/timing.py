@@ -119,17 +119,20 @@ def time_reduce(nbytes: int, *, dtype: str = "float32", iterations: int = 20) ->
 ROUNDS = 5
 
 
-def blocks(iterations: int) -> list[int]:
-    """How many calls each round of :func:`_interleaved` times, in order."""
-    rounds = max(1, min(ROUNDS, iterations))
+def blocks(iterations: int, rounds: int = ROUNDS) -> list[int]:
+    """How many calls each round of :func:`_interleaved` times, in order: ``iterations`` in
+    at most ``rounds`` blocks, as even as they come."""
+    rounds = max(1, min(rounds, iterations))
     return [iterations // rounds + (index < iterations % rounds) for index in range(rounds)]
 
 
-def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest) -> dict:
+def _interleaved(calls: dict, iterations, warmup: int, *, barrier, slowest,
+                 rounds: int = ROUNDS, seed=(), rewarm: bool = False) -> dict:
     """Seconds per call of each of ``calls`` (name → function): the median, over rounds,
     of the slowest rank's mean time per call in that round.
 
-    The iterations are split into :data:`ROUNDS` blocks, and the rounds take turns among
+    The iterations (a number, or one per name) are split into ``rounds`` blocks
+    (:func:`blocks`), and the rounds take turns among
     the calls, in an order shuffled afresh each round (the same on every rank): on a shared
     machine whose speed drifts over seconds, every call then sees the same mix of fast and
     slow moments, whereas timing each call's iterations in one block credits the drift to
@@ -137,7 +140,11 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
     follows the same one: the sparse benchmark, rotating, measured ``auto`` 29-36% slower
     than ``dense`` at 50% density in two runs although ``auto`` ran ``dense`` there; it
     always came after ``sparse_recursive_doubling``, which allocates and frees hundreds of
-    megabytes.  Each block is timed after a barrier, as a whole, on every rank.
+    megabytes.  The orders are drawn from ``seed`` (say, the size) and the round's index, so
+    that the sizes of one run do not all repeat one order.  Each block is timed after a
+    barrier, as a whole, on every rank; with ``rewarm``, after one untimed call of its own,
+    so that a short block does not pay for the state (caches, freed memory) that the call
+    before it left.
     The median of the rounds, rather than their mean, keeps one round that another
     process's burst slowed from deciding the result; it applies to the peers alike.
     ``barrier()`` synchronises the ranks and ``slowest(seconds)`` is the largest over them."""
@@ -147,11 +154,15 @@ def _interleaved(calls: dict, iterations: int, warmup: int, *, barrier, slowest)
     names = list(calls)
     if not names:
         return {}
+    counts = iterations if isinstance(iterations, dict) else dict.fromkeys(names, iterations)
+    plan = {name: blocks(counts[name], rounds) for name in names}
     per_call: dict[str, list[float]] = {name: [] for name in names}
-    for index, block in enumerate(blocks(iterations)):
-        order = np.random.default_rng(index).permutation(len(names))  # same on every rank
-        for name in (names[i] for i in order):
-            call = calls[name]
+    for index in range(max(map(len, plan.values()))):
+        order = np.random.default_rng([*seed, index]).permutation(len(names))  # every rank's
+        for name in (names[i] for i in order if index < len(plan[names[i]])):
+            call, block = calls[name], plan[name][index]
+            if rewarm:
+                call()
             barrier()
             start = time.perf_counter()
             for _ in range(block):
