@@ -97,9 +97,9 @@ def _parser(sparse: bool):
                                  "disjoint, gradients (the course transformer's Top-k "
                                  "gradients; densities above 1%% regenerate them once, in "
                                  "minutes)")
-        parser.add_argument("--least-timed", type=float, default=None, metavar="SECONDS",
+        parser.add_argument("--least-timed", type=float, default=LEAST_TIMED, metavar="SECONDS",
                             help="time each call at a density for at least this long: more "
-                                 f"iterations for short calls (default: {LEAST_TIMED:g})")
+                                 "iterations for short calls")
     else:
         parser.add_argument("-b", "--minbytes", default="1K", help="smallest size")
         parser.add_argument("-e", "--maxbytes", default="64M", help="largest size")
@@ -109,7 +109,8 @@ def _parser(sparse: bool):
         parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
         parser.add_argument("-d", "--dtype", default="float32",
                             help="float16, float32, float64, int32 or int64")
-    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations")
+    parser.add_argument("-n", "--iters", type=int, default=20,
+                        help="timed iterations (with --sparse, at least that many per call)")
     parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
     parser.add_argument("--no-torch", action="store_true",
                         help="under mpiexec, leave out the torch gloo peer")
@@ -242,7 +243,7 @@ def _sparse_main(parser, args) -> int:
     from mpi4py import MPI
 
     from ..sparse import SPARSE_CHOICES
-    from .sparse import LEAST_TIMED, MOST_ITERATIONS, ROUNDS, format_sparse, sparse_table
+    from .sparse import MOST_ITERATIONS, ROUNDS, format_sparse, sparse_table
     from .sparse_inputs import SOURCES
 
     if (refusal := one_rank(MPI.COMM_WORLD.size, args.allow_one_rank)) is not None:
@@ -265,9 +266,9 @@ def _sparse_main(parser, args) -> int:
     if MPI.COMM_WORLD.rank == 0:
         print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum; "
               f"at least {max(args.iters, ROUNDS)} timed iterations per call, more (up to "
-              f"{MOST_ITERATIONS}) so that each is timed for "
-              f"{LEAST_TIMED if args.least_timed is None else args.least_timed:g} s or more; "
-              f"time = median over {ROUNDS} interleaved rounds, slowest rank; local = merging, "
+              f"{MOST_ITERATIONS}) so that each is timed for {args.least_timed:g} s or more; "
+              f"time = median over {ROUNDS} interleaved rounds (torch gloo's rows: -n "
+              f"iterations, timed alone), slowest rank; local = merging, "
               "encoding, densifying; wire = time - local; model = auto's prediction from "
               "the real supports")
         print(format_sparse(rows))

@@ -140,8 +140,9 @@ def _interleaved(calls: dict, iterations, warmup: int, *, barrier, slowest,
     follows the same one: the sparse benchmark, rotating, measured ``auto`` 29-36% slower
     than ``dense`` at 50% density in two runs although ``auto`` ran ``dense`` there; it
     always came after ``sparse_recursive_doubling``, which allocates and frees hundreds of
-    megabytes.  The orders are drawn from ``seed`` (say, the size) and the round's index, so
-    that the sizes of one run do not all repeat one order.  Each block is timed after a
+    megabytes.  The orders are drawn from ``seed`` and the round's index: the sparse
+    benchmark seeds them with its point (supports and density), so that its points do not
+    all repeat one order; the dense benchmark's sizes share one.  Each block is timed after a
     barrier, as a whole, on every rank; with ``rewarm``, after one untimed call of its own,
     so that a short block does not pay for the state (caches, freed memory) that the call
     before it left.

@@ -67,8 +67,8 @@ def quizzes() -> list[Quiz]:
     fit = cost.fit([cost.Terms(1, 8, 0), cost.Terms(1, 1e6, 0)], [3e-6, 53e-6], gamma=False)
     found.append(Quiz(
         "ping-pong-bandwidth", "Foundations", "data-parallel",
-        "A ping-pong measures 3 µs for a message of 8 bytes and 53 µs for one of 1 MB "
-        "($10^6$ bytes). Fitting $T(m) = \\alpha + m\\beta$ through both points, what is the "
+        "Half a ping-pong's round trip is 3 µs for a message of 8 bytes and 53 µs for one "
+        "of 1 MB ($10^6$ bytes). Fitting $T(m) = \\alpha + m\\beta$ through both points, what is the "
         "bandwidth $1/\\beta$?",
         1 / fit.beta / 1e9, unit="GB/s", tolerance=0.02,
         explanation=f"$\\beta$ = (53 − 3) µs / ($10^6$ − 8) bytes, so $1/\\beta$ ≈ "
@@ -92,8 +92,9 @@ def quizzes() -> list[Quiz]:
         lightest, choices=(*compositions, "all-gather, then reduce-scatter"),
         explanation="Reduce-scatter then all-gather spreads the work: every rank moves "
                     "$2\\frac{p-1}{p}n$ bytes, against $2(p-1)n$ through the root of a "
-                    "reduce then broadcast. (An all-gather first would gather unreduced "
-                    "data: $p$ times more.)"))
+                    "reduce then broadcast when every rank sends straight to the root "
+                    "($2\\lceil\\lg p\\rceil n$ along a binomial tree, still more). (An "
+                    "all-gather first would gather unreduced data: $p$ times more.)"))
 
     # --- Algorithms ---------------------------------------------------------------------
     ring8 = cost.terms("ring", 8, 64e6)
