@@ -120,17 +120,21 @@ def quizzes() -> list[Quiz]:
         "in one step?",
         server.bytes / 1e6, unit="MB", tolerance=0.01,
         explanation=f"$2(p-1)n$ = 2 · 7 · 100 MB = {format_number(server.bytes / 1e6)} MB, "
-                    "against 175 MB through each rank's link in a ring."))
+                    "700 MB in, then 700 MB out, one after the other; a rank of a ring "
+                    "sends 175 MB while it receives 175 MB, at the same time, so the "
+                    "server's step takes $p$ = 8 times as long."))
     sharded8 = cost.terms("parameter_server", 8, 100e6, servers=8)
     found.append(Quiz(
         "sharded-server-bytes", "Algorithms", "parameter-server",
         "The same 8 ranks and 100 MB gradient, but now every rank serves one eighth of the "
-        "parameters ($S = p$ = 8 shards). How many megabytes cross one server's link, in and "
-        "out, in one step?",
+        "parameters ($S = p$ = 8 shards). How many megabytes does each rank send in one "
+        "step, its pushes as a worker and its sums as a server together?",
         sharded8.bytes / 1e6, unit="MB", tolerance=0.01,
-        explanation=f"Each server takes $p-1$ pushes of $n/S$ and sends $p-1$ pulls of "
-                    f"$n/S$: 2 · 7 · 12.5 MB = {format_number(sharded8.bytes / 1e6)} MB, the "
-                    "ring's volume: sharded servers are a reduce-scatter and an all-gather."))
+        explanation=f"Each rank pushes $p-1$ shards of $n/S$ to the other servers and "
+                    f"sends its own shard's sum to the $p-1$ others: 2 · 7 · 12.5 MB = "
+                    f"{format_number(sharded8.bytes / 1e6)} MB, what a rank of a ring sends "
+                    "($2\\frac{p-1}{p}n$): sharded servers are a reduce-scatter and an "
+                    "all-gather."))
     naive8 = cost.terms("naive", 8, 10e6)
     found.append(Quiz(
         "naive-bytes", "Algorithms", "naive",
