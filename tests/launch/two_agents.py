@@ -55,7 +55,12 @@ if across != n // 2 or not (x == p).all():
 verdicts = [None] * p
 dist.all_gather_object(verdicts, problems)
 dist.destroy_process_group()
-print(f"rank {rank} agent {agent}: " + ("; ".join(p for ps in verdicts for p in ps) or "ok"), flush=True)
+# one write of the whole line: print() writes the text and the newline apart, and with the
+# agents' workers sharing one pipe unbuffered (PYTHONUNBUFFERED=1) two workers' lines were
+# seen interleaved as "rank 1 agent 0: okrank 0 agent 0: ok" (once, in a fresh-clone make test)
+sys.stdout.write(f"rank {rank} agent {agent}: "
+                 + ("; ".join(p for ps in verdicts for p in ps) or "ok") + "\n")
+sys.stdout.flush()
 # Everything is checked and said.  Leave without the interpreter's teardown: measured here,
 # in about one run of three a worker aborted there after printing ("terminate called
 # without an active exception", SIGABRT from a C++ thread of torch's still joinable at
