@@ -68,8 +68,8 @@ def quizzes() -> list[Quiz]:
     found.append(Quiz(
         "ping-pong-bandwidth", "Foundations", "data-parallel",
         "Half a ping-pong's round trip is 3 µs for a message of 8 bytes and 53 µs for one "
-        "of 1 MB ($10^6$ bytes). Fitting $T(m) = \\alpha + m\\beta$ through both points, what is the "
-        "bandwidth $1/\\beta$?",
+        "of 1 MB ($10^6$ bytes). Fitting $T(m) = \\alpha + m\\beta$ through both points, "
+        "what is the bandwidth $1/\\beta$?",
         1 / fit.beta / 1e9, unit="GB/s", tolerance=0.02,
         explanation=f"$\\beta$ = (53 − 3) µs / ($10^6$ − 8) bytes, so $1/\\beta$ ≈ "
                     f"{format_number(1 / fit.beta / 1e9)} GB/s, and $\\alpha$ ≈ "
