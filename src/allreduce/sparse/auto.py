@@ -53,9 +53,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: (``chapters/data/sparse_bench_runs.json``, the last also ``sparse_bench_reference.json``),
 #: tests them.  A constant the fit found
 #: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 7.23e-9, "code_dense": 13.9e-9, "code_call": 0.0, "merge": 1.50e-9,
-         "merge_dense": 5.14e-9, "merge_call": 104e-6, "densify": 4.86e-9, "gather": 10.1e-9,
-         "check": 2.93e-9}
+LOCAL = {"code": 7.62e-9, "code_dense": 13.1e-9, "code_call": 0.0, "merge": 1.26e-9,
+         "merge_dense": 4.19e-9, "merge_call": 82.2e-6, "densify": 4.21e-9, "gather": 11.3e-9,
+         "check": 0.0}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -63,7 +63,7 @@ LOCAL = {"code": 7.23e-9, "code_dense": 13.9e-9, "code_call": 0.0, "merge": 1.50
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 264e-6, "message": 70.7e-6}
+OVERHEADS = {"call": 256e-6, "message": 60.4e-6}
 
 
 def _merging(m, width, runs=2):
