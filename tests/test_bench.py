@@ -22,7 +22,7 @@ def test_sizes_read_like_nccl_tests():
         bench.parse_size("lots")
 
 
-def _check_output(stdout: str, peers: list[str], csv_path, json_path):
+def _check_output(stdout: str, peers: list[str], csv_path, json_path, ranks: int = 2):
     assert "#wrong" in stdout and "busbw" in stdout and "vs best peer" in stdout
     rows = list(csv.DictReader(csv_path.open()))
     names = [*peers, "ring", "auto"]
@@ -33,14 +33,15 @@ def _check_output(stdout: str, peers: list[str], csv_path, json_path):
     assert json.loads(json_path.read_text()) and len(json.loads(json_path.read_text())) == len(rows)
     for name in names:
         assert f"# Avg bus bandwidth {name:>24}:" in stdout
-    assert "# model fitted to this run's algorithm rows" in stdout
+    if ranks > 1:  # one rank moves no data: nothing to fit or predict
+        assert "# model fitted to this run's algorithm rows" in stdout
     from allreduce.algorithms.auto import DEFAULT_MODEL
 
     committed = f"# auto chose with alpha = {DEFAULT_MODEL.alpha * 1e6:.1f} us per step"
     assert committed in stdout  # the committed default, not a saved model
     assert "from the committed default (auto.DEFAULT_MODEL" in stdout
     for r in rows:  # predictions for the library's algorithms, none for the peers
-        assert (r["predicted"] == "") == (r["name"] in peers)
+        assert (r["predicted"] == "") == (r["name"] in peers or ranks == 1)
 
 
 def test_under_mpiexec_with_both_peers(venv_bin, tmp_path):
@@ -153,3 +154,21 @@ def test_sparse_benchmark_under_mpiexec(venv_bin, tmp_path):
     ring = [row for row in rows if row["name"] == "ring (densified)"]
     assert all(row["vs_ring"] == 1.0 for row in ring)
     assert "vs ring" in run.stdout and "sparse_ring" in run.stdout and "local" in run.stdout
+
+
+@pytest.mark.gpu
+def test_under_torchrun_on_nccl(venv_bin, tmp_path):
+    """On GPUs: CUDA tensors over NCCL, one process per GPU (on one GPU, one process), every
+    result checked against ``dist.all_reduce`` on the GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    gpus = torch.cuda.device_count()
+    run = run_launcher([venv_bin / "torchrun", "--standalone", "--nproc-per-node", str(gpus),
+                        "-m", "allreduce.bench", *ARGS, "--csv", tmp_path / "r.csv",
+                        "--json", tmp_path / "r.json", *["--allow-one-rank"] * (gpus == 1)],
+                       timeout=300)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
+    _check_output(run.stdout, ["torch_all_reduce"], tmp_path / "r.csv", tmp_path / "r.json",
+                  ranks=gpus)
+    assert f"{torch.cuda.get_device_name()} ({gpus} visible), NCCL" in run.stdout

@@ -163,14 +163,16 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
     for nbytes in sizes:
         count = nbytes // itemsize
         x = exact_input(world.rank, count, dtype, op)  # results exact in any order
-        expected = np.empty_like(x)
+        if world.device == "cuda":  # the data, and the reference sum, stay on the GPU:
+            import torch  # an NCCL group moves no CPU tensor
+
+            x = torch.from_numpy(x).cuda()
+        expected = x.clone() if world.device == "cuda" else np.empty_like(x)
         reference(x, expected, "sum" if op == "mean" else op)
         if op == "mean":  # the peers have no mean: their sum, divided as the library does
-            expected = (expected / world.size).astype(dtype)
-        if world.device == "cuda":  # the data stays on the GPU: nothing crosses to the host
-            import torch
-
-            x, expected = torch.from_numpy(x).cuda(), torch.from_numpy(expected).cuda()
+            expected = expected / world.size
+            if isinstance(expected, np.ndarray):
+                expected = expected.astype(dtype)
         inputs[nbytes] = x, expected
 
     def measure(names: list[str], nbytes: int) -> list[Row]:
