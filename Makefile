@@ -6,8 +6,17 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# pip picks the local CPU torch wheel when the machine keeps one in /opt/wheels.
-WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
+# torch: PyPI's torch for Linux is the CUDA build, which brings several GB of NVIDIA's
+# libraries as pip packages.  So a Linux machine without an NVIDIA driver (no nvidia-smi)
+# first installs the CPU build from PyTorch's own index (2.13.0+cpu satisfies the pin), a
+# machine that keeps CPU wheels in WHEEL_DIR takes them from there, and a GPU machine, or
+# macOS, takes PyPI's.  TORCH_INDEX=URL picks another index; TORCH_INDEX= (empty) keeps
+# PyPI's build.  If the index does not answer, PyPI's build is installed, and make says so.
+WHEEL_DIR   ?= /opt/wheels
+WHEELS      := $(if $(wildcard $(WHEEL_DIR)),--find-links $(WHEEL_DIR))
+NO_GPU      := $(if $(shell command -v nvidia-smi 2>/dev/null),,$(filter Linux,$(shell uname -s)))
+TORCH_INDEX ?= $(if $(WHEELS),,$(if $(NO_GPU),https://download.pytorch.org/whl/cpu))
+TORCH_PIN   := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 
 .PHONY: book test lab student grade bench publish venv clean help
 
@@ -28,6 +37,7 @@ $(STAMP): pyproject.toml etc/ipython/ipython_kernel_config.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) "$(TORCH_PIN)" || echo "note: $(TORCH_INDEX) did not answer: PyPI's torch instead (on Linux the CUDA build, several GB)")
 	$(BIN)/python -m pip install --quiet $(WHEELS) -e ".[all]"
 	@# the kernels' configuration (quiets a warning that is moot on loopback: see the file)
 	install -D -m 644 etc/ipython/ipython_kernel_config.py $(VENV)/etc/ipython/ipython_kernel_config.py

@@ -3,7 +3,9 @@ and the README gives the two commands that CI runs."""
 
 from __future__ import annotations
 
+import platform
 import re
+import shutil
 import subprocess
 import tomllib
 
@@ -32,9 +34,35 @@ def test_every_extra_is_in_all(root):
     assert named == set(extras) - {"all"}
 
 
-def test_torch_is_pinned_to_the_cpu_wheel(root):
-    torch = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["torch"]
-    assert torch == ["torch==2.13.0"]  # an unpinned torch pulls a multi-GB CUDA build
+def _torch_pin(root) -> str:
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["torch"][0]
+
+
+def test_torch_is_pinned(root):
+    assert _torch_pin(root) == "torch==2.13.0"  # the version the labs' outputs were made with
+
+
+def test_make_installs_the_cpu_torch_where_there_is_no_gpu(root, tmp_path):
+    """PyPI's torch for Linux is the CUDA build (several GB): `make` on Linux without
+    nvidia-smi and without a folder of wheels installs the CPU build from PyTorch's index
+    first; with the folder, from there; ``TORCH_INDEX=`` keeps PyPI's build."""
+    def installs(*settings) -> list[str]:
+        run = subprocess.run(["make", "-n", "-B", ".venv/.installed", *settings], cwd=root,
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        return [line for line in run.stdout.splitlines() if "pip install" in line]
+
+    no_gpu = shutil.which("nvidia-smi") is None and platform.system() == "Linux"
+    cpu_first = f'--index-url https://download.pytorch.org/whl/cpu "{_torch_pin(root)}"'
+    bare = installs(f"WHEEL_DIR={tmp_path / 'none'}")
+    assert any(cpu_first in line for line in bare) == no_gpu, bare
+    assert bare[-1].endswith('-e ".[all]"') and "--find-links" not in bare[-1]
+    kept = installs(f"WHEEL_DIR={tmp_path}")
+    assert not any("--index-url" in line for line in kept), kept
+    assert f"--find-links {tmp_path}" in kept[-1]
+    pypi = installs(f"WHEEL_DIR={tmp_path / 'none'}", "TORCH_INDEX=")
+    assert not any("--index-url" in line for line in pypi), pypi
 
 
 def test_readme_gives_the_two_commands_and_ci_runs_one(root):
