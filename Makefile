@@ -8,10 +8,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # torch: PyPI's torch for Linux is the CUDA build, which brings several GB of NVIDIA's
 # libraries as pip packages.  So a Linux machine without an NVIDIA driver (no nvidia-smi)
-# first installs the CPU build from PyTorch's own index (2.13.0+cpu satisfies the pin), a
-# machine that keeps CPU wheels in WHEEL_DIR takes them from there, and a GPU machine, or
-# macOS, takes PyPI's.  TORCH_INDEX=URL picks another index; TORCH_INDEX= (empty) keeps
-# PyPI's build.  If the index does not answer, PyPI's build is installed, and make says so.
+# first installs the CPU build from PyTorch's own index (2.13.0+cpu satisfies the pin; its
+# dependencies then come from PyPI), a machine that keeps CPU wheels in WHEEL_DIR takes them
+# from there, and a GPU machine, or macOS, takes PyPI's.  TORCH_INDEX=URL picks another
+# index (another CUDA build, say); TORCH_INDEX= (empty) keeps PyPI's build.  If the
+# install from the index fails, PyPI's build is installed, and make says so.  A .venv that
+# already holds a torch 2.13.0 keeps it: `make clean` first to change builds.
 WHEEL_DIR   ?= /opt/wheels
 WHEELS      := $(if $(wildcard $(WHEEL_DIR)),--find-links $(WHEEL_DIR))
 NO_GPU      := $(if $(shell command -v nvidia-smi 2>/dev/null),,$(filter Linux,$(shell uname -s)))
@@ -37,7 +39,7 @@ $(STAMP): pyproject.toml etc/ipython/ipython_kernel_config.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) "$(TORCH_PIN)" || echo "note: $(TORCH_INDEX) did not answer: PyPI's torch instead (on Linux the CUDA build, several GB)")
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_INDEX) "$(TORCH_PIN)" || echo "note: could not install $(TORCH_PIN) from $(TORCH_INDEX); PyPI's build instead")
 	$(BIN)/python -m pip install --quiet $(WHEELS) -e ".[all]"
 	@# the kernels' configuration (quiets a warning that is moot on loopback: see the file)
 	install -D -m 644 etc/ipython/ipython_kernel_config.py $(VENV)/etc/ipython/ipython_kernel_config.py

@@ -3,6 +3,7 @@ and the README gives the two commands that CI runs."""
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -47,21 +48,28 @@ def test_make_installs_the_cpu_torch_where_there_is_no_gpu(root, tmp_path):
     """PyPI's torch for Linux is the CUDA build (several GB): `make` on Linux without
     nvidia-smi and without a folder of wheels installs the CPU build from PyTorch's index
     first; with the folder, from there; ``TORCH_INDEX=`` keeps PyPI's build."""
+    # not the settings of a make that runs this test (make test TORCH_INDEX=...)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TORCH_INDEX", "WHEEL_DIR")}
+
     def installs(*settings) -> list[str]:
         run = subprocess.run(["make", "-n", "-B", ".venv/.installed", *settings], cwd=root,
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, env=env)
         assert run.returncode == 0, run.stderr
         return [line for line in run.stdout.splitlines() if "pip install" in line]
 
-    no_gpu = shutil.which("nvidia-smi") is None and platform.system() == "Linux"
-    cpu_first = f'--index-url https://download.pytorch.org/whl/cpu "{_torch_pin(root)}"'
-    bare = installs(f"WHEEL_DIR={tmp_path / 'none'}")
-    assert any(cpu_first in line for line in bare) == no_gpu, bare
-    assert bare[-1].endswith('-e ".[all]"') and "--find-links" not in bare[-1]
-    kept = installs(f"WHEEL_DIR={tmp_path}")
+    cpu_first = f'--no-deps --index-url https://download.pytorch.org/whl/cpu "{_torch_pin(root)}"'
+    none = f"WHEEL_DIR={tmp_path / 'none'}"
+    this_machine = shutil.which("nvidia-smi") is None and platform.system() == "Linux"
+    assert any(cpu_first in line for line in installs(none)) == this_machine
+    for no_gpu in (True, False):  # as make finds it on a Linux machine without, and with, a GPU
+        bare = installs(none, f"NO_GPU={'Linux' if no_gpu else ''}")
+        assert any(cpu_first in line for line in bare) == no_gpu, bare
+        assert bare[-1].endswith('-e ".[all]"') and "--find-links" not in bare[-1]
+    kept = installs(f"WHEEL_DIR={tmp_path}", "NO_GPU=Linux")
     assert not any("--index-url" in line for line in kept), kept
     assert f"--find-links {tmp_path}" in kept[-1]
-    pypi = installs(f"WHEEL_DIR={tmp_path / 'none'}", "TORCH_INDEX=")
+    pypi = installs(none, "NO_GPU=Linux", "TORCH_INDEX=")
     assert not any("--index-url" in line for line in pypi), pypi
 
 
