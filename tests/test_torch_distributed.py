@@ -3,6 +3,8 @@ every machine, and NCCL on CUDA devices where there are any (marked ``gpu``)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import assert_inner_suite_passed, inner_pytest, run_launcher
 
@@ -26,4 +28,23 @@ def test_nccl_every_algorithm(venv_bin, root):
         pytest.skip("no CUDA device on this machine")
     run = torchrun(venv_bin, max(1, torch.cuda.device_count()),
                    str(root / "tests" / "gpu" / "nccl_check.py"))
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_nccl_several_ranks_on_one_gpu(venv_bin, root, monkeypatch):
+    """Three ranks on one GPU, which NCCL allows from release 2.30 with
+    NCCL_MULTI_RANK_GPU_ENABLE=1: the algorithms' exchanges between ranks over NCCL, which
+    one process per GPU never makes on a machine with one GPU.  Before the transport started
+    a step's sends and receives as one NCCL group, two ranks running tests/gpu/nccl_check.py
+    this way were still waiting after 120 s (NCCL 2.30.3, one H200)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    monkeypatch.setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES",
+                       os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+    run = torchrun(venv_bin, 3, str(root / "tests" / "gpu" / "nccl_check.py"))
+    if "Duplicate GPU detected" in run.stdout + run.stderr:
+        pytest.skip("this NCCL refuses several ranks on one GPU (releases before 2.30)")
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]

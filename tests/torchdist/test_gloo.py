@@ -238,3 +238,43 @@ def test_phases_over_gloo(world, algorithm):
         allreduce.allgather(gathered, world, algorithm=algorithm)
         ok = bounds == allreduce.chunk_bounds(count, p, rank) and torch.equal(gathered, expected)
         assert_on_all_ranks(ok, f"{algorithm} n={count}: bounds {bounds}")
+
+
+def test_sends_started_in_groups_as_on_nccl(world, monkeypatch):
+    """On NCCL the transport keeps its sends and receives until a wait and starts them as one
+    group (``batch_isend_irecv``): two ranks that each receive before they send would
+    otherwise block each other's GPU.  The same path here on gloo, where CI has no GPU: every
+    algorithm, the hierarchical one's subgroups, the sparse algorithms, and messages of
+    unknown length, against gloo's own all_reduce."""
+    from allreduce.transports import torchdist
+
+    started, start = [], dist.batch_isend_irecv
+
+    def batch_isend_irecv(ops):
+        started.append(len(ops))
+        return start(ops)
+
+    monkeypatch.setattr(torchdist.dist, "batch_isend_irecv", batch_isend_irecv, raising=True)
+    comm = torchdist.TorchCommunicator(world)
+    comm.grouped = True
+    rank, failures = dist.get_rank(), []
+    for algorithm, options in [*((name, {}) for name in allreduce.ALGORITHMS),
+                               ("hierarchical", {"ranks_per_node": 2})]:
+        for op, dtype in (("sum", "int64"), ("mean", "float32"), ("max", "float64")):
+            for count in (0, 1, 5, 1000):
+                x = torch.from_numpy(exact_input(rank, count, dtype, op))
+                result = allreduce.allreduce(x, comm, algorithm=algorithm, op=op, **options)
+                wrong = first_difference(torch_reference(x, op).numpy(), result.numpy())
+                if wrong:
+                    failures.append(f"{algorithm} {options} {op} {dtype} {count}: {wrong}")
+    rng = np.random.default_rng(rank)
+    indices = torch.from_numpy(np.sort(rng.choice(1000, size=40, replace=False)))
+    mine = torch.sparse_coo_tensor(indices[None], torch.ones(40), (1000,))
+    expected = mine.clone().coalesce()
+    dist.all_reduce(expected)
+    for algorithm in allreduce.SPARSE_ALGORITHMS:
+        result = allreduce.sparse_allreduce(mine, comm, algorithm=algorithm)
+        if not torch.equal(result.to_dense(), expected.to_dense()):
+            failures.append(f"sparse {algorithm}: differs from gloo")
+    assert_on_all_ranks(not failures and started and comm._kept is None,
+                        "; ".join(failures[:3]) or f"{len(started)} groups started")

@@ -40,15 +40,19 @@ def parameter_server(buf, comm: Communicator, op: Op, servers: int = 1) -> None:
         lo, hi = chunk_bounds(n, servers, server)
         return buf[lo:hi]
 
-    # push: my shard s goes to server s; as a server I reduce what the others send me
-    pushes = [comm.isend(shard(s), s) for k in range(1, p) if (s := (rank + k) % p) < servers]
+    # push, in turns: in turn k my shard of server r + k leaves while, as a server, I reduce
+    # what rank r − k sends me (a turn's send and receive progress together, as NCCL needs)
     if rank < servers:
         mine = shard(rank)
         incoming = comm.scratch(len(mine), like=buf)
-        for k in range(1, p):
+    for k in range(1, p):
+        server = (rank + k) % p
+        push = comm.isend(shard(server), server) if server < servers else None
+        if rank < servers:
             comm.recv(incoming, (rank - k) % p)
             comm.reduce_local(op, mine, incoming)
-    comm.waitall(pushes)
+        if push is not None:
+            comm.wait(push)
     # pull: every server sends its reduced shard back to every worker
     requests = [comm.irecv(shard(s), s) for k in range(1, p) if (s := (rank - k) % p) < servers]
     if rank < servers:

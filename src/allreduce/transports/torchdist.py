@@ -18,6 +18,21 @@ import torch.distributed as dist
 from ..comm import Communicator, members
 
 
+class _Batch:
+    """Sends and receives kept until a wait starts them together (see
+    :meth:`TorchCommunicator._post`): waiting for any of them waits for all, once (a gloo
+    send waited for twice waits for a second send)."""
+
+    def __init__(self):
+        self.ops: list[dist.P2POp] = []
+        self.works: list | None = None
+
+    def wait(self) -> None:
+        works, self.works = self.works, []
+        for work in works:
+            work.wait()
+
+
 class TorchCommunicator(Communicator):
     """An :class:`~allreduce.comm.Communicator` over a torch.distributed process group."""
 
@@ -33,6 +48,10 @@ class TorchCommunicator(Communicator):
         self.backend = str(dist.get_backend(group))
         if self.rank < 0:
             raise TypeError("this process is not a member of the process group it passed")
+        #: Start sends and receives in groups (see :meth:`_post`): needed on NCCL; on gloo a
+        #: send starts at once, so that it overlaps the work before its wait.
+        self.grouped = self.uses_cuda
+        self._kept: _Batch | None = None
 
     @property
     def uses_cuda(self) -> bool:
@@ -41,19 +60,44 @@ class TorchCommunicator(Communicator):
     def isend(self, buf, dest: int, tag: int = 0):
         if buf.numel() == 0:  # both sides know the length, and both skip it
             return None
+        if self.grouped:
+            return self._post(dist.P2POp(dist.isend, buf, group=self.group, group_peer=dest,
+                                         tag=tag))
         return dist.isend(buf, group=self.group, group_dst=dest, tag=tag)
 
     def irecv(self, buf, source: int, tag: int = 0):
         if buf.numel() == 0:
             return None
+        if self.grouped:
+            return self._post(dist.P2POp(dist.irecv, buf, group=self.group,
+                                         group_peer=source, tag=tag))
         return dist.irecv(buf, group=self.group, group_src=source, tag=tag)
 
+    def _post(self, op: dist.P2POp) -> _Batch:
+        """Keep ``op`` until the next wait (or collective), which starts every op kept so far
+        as one group (``dist.batch_isend_irecv``, NCCL's ncclGroupStart/End).  An NCCL send
+        or receive blocks the GPU until its peer's matching call, and those that "need to
+        progress concurrently to complete ... must be fused" in a group (NCCL's API
+        documentation, ncclSend): two ranks that each start a receive from the other before
+        their send, as :meth:`sendrecv` does, would otherwise wait for each other forever."""
+        if self._kept is None:
+            self._kept = _Batch()
+        self._kept.ops.append(op)
+        return self._kept
+
+    def _start_kept(self) -> None:
+        if self._kept is not None:
+            kept, self._kept = self._kept, None
+            kept.works = dist.batch_isend_irecv(kept.ops)
+
     def waitall(self, requests: Sequence[Any]) -> None:
+        self._start_kept()
         for request in requests:
             if request is not None:
                 request.wait()
 
     def barrier(self) -> None:
+        self._start_kept()
         dist.barrier(group=self.group)
 
     def native(self, array):
@@ -76,12 +120,14 @@ class TorchCommunicator(Communicator):
         return torch.device("cuda", torch.cuda.current_device()) if self.uses_cuda else torch.device("cpu")
 
     def allgather_ints(self, values: np.ndarray) -> np.ndarray:
+        self._start_kept()
         mine = torch.tensor(values, dtype=torch.int64, device=self._device())
         gathered = [torch.empty_like(mine) for _ in range(self.size)]
         dist.all_gather(gathered, mine, group=self.group)
         return torch.stack(gathered).cpu().numpy()
 
     def allgather_object(self, obj: Any) -> list[Any]:
+        self._start_kept()
         gathered: list[Any] = [None] * self.size
         dist.all_gather_object(gathered, obj, group=self.group)
         return gathered
@@ -109,7 +155,9 @@ class TorchCommunicator(Communicator):
             ranks = tuple(r for r, c in enumerate(colors) if c == color)
             if ranks not in made:
                 made[ranks] = dist.new_group(list(ranks))
-        return TorchCommunicator(made[members(colors, self.rank)])
+        child = TorchCommunicator(made[members(colors, self.rank)])
+        child.grouped = self.grouped
+        return child
 
     def nodes(self) -> tuple[int, ...]:
         """Which ranks share a node: those of one torchrun agent (``GROUP_RANK``, the node
