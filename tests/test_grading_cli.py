@@ -224,3 +224,57 @@ def test_every_file_not_graded_gets_a_line_and_the_reason(root, tmp_path, key, m
     assert "not graded: bob.py: not a notebook" in said
     assert "not graded: .ipynb_checkpoints: a folder" in said
     assert "alice" in said and "not graded: alice" not in said
+
+
+# -- what a submissions folder unpacked from students' archives may hold ------------------------
+
+def test_links_pipes_and_hidden_notebooks_are_named_never_read(root, tmp_path, key):
+    """A link (to another copy of the key, to /dev/zero, to itself) or a pipe named
+    *.ipynb is listed as not graded and never opened: read, it would score another's work,
+    never end, or stop the grader before it grades anyone."""
+    import os
+
+    folder = _folder(tmp_path, key)
+    (folder / "mallory.ipynb").symlink_to(root / RING)
+    (folder / "zero.ipynb").symlink_to("/dev/zero")
+    (folder / "loop.ipynb").symlink_to("loop.ipynb")
+    os.mkfifo(folder / "pipe.ipynb")
+    nbformat.write(grading.student_copy(key), folder / ".ipynb")
+    graded, lines = cli.entries(folder, root / RING)
+    assert [path.name for path in graded] == ["alice.ipynb"]
+    said = "\n".join(lines)
+    for name in ("mallory.ipynb", "zero.ipynb", "loop.ipynb"):
+        assert f"not graded: {name}: a link" in said
+    assert "not graded: pipe.ipynb: not a regular file" in said
+    assert "not graded: .ipynb: a hidden file" in said
+    # the grading itself opens no link and no pipe either (--self, or a caller's own list)
+    from allreduce.grading.batch import read_notebook
+
+    for name, why in (("mallory.ipynb", "a link is not graded"),
+                      ("pipe.ipynb", "not a regular file")):
+        result = read_notebook(folder / name)
+        assert isinstance(result, Result) and why in result.message, result
+
+
+def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
+    """A lone surrogate, terminal escapes or a bidirectional override in what a rank sends,
+    and a file name that is not UTF-8 or is 250 bytes long, reach the reports as printable
+    UTF-8 that every writer takes: one such submission once stopped a whole class's run."""
+    import json
+    import os
+
+    from allreduce.grading.batch import student_name
+
+    result = Result(0.0, "got \ud800 \x1b[2J\x1b[1;1H3/3 \u202e!", warning="\x9b31m")
+    assert result.message == "got \\ud800  [2J [1;1H3/3  !" and result.warning == "31m"
+    result.message.encode("utf-8")
+    odd = Path(os.fsdecode(b"b_j\xf6rg.ipynb"))
+    assert student_name(odd) == "b_j\\udcf6rg"
+    long = [student_name(Path("a" * 240 + tail + ".ipynb")) for tail in "xy"]
+    assert long[0] != long[1] and all(len(name.encode()) <= 100 for name in long)
+    graded = [Submission(name, {"e": Result(0.0, "\ud800")}, {"e": 1.0})
+              for name in (student_name(odd), *long)]
+    report.write_scores(graded, ["e"], tmp_path / "scores.csv")
+    report.write_feedback(graded, "lab.ipynb", tmp_path / "feedback")
+    assert len(list((tmp_path / "feedback").glob("*.md"))) == 3
+    assert json.loads((tmp_path / "feedback" / f"{long[0]}.results.json").read_text())

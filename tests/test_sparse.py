@@ -158,6 +158,7 @@ BAD = {
     "lengths differ": lambda i, v, n: (i, v[:-1], n),
     "another n": lambda i, v, n: (i, v, n + 1),
     "another dtype": lambda i, v, n: (i, v.astype(np.float32), n),
+    "the other byte order": lambda i, v, n: (i, v.astype(">f8"), n),
 }
 
 
@@ -185,6 +186,20 @@ def test_a_bad_call_on_one_rank_raises_on_every_rank(problem, algorithm):
     assert "rank 2" in messages[0]
     for (i, v), (i0, v0) in zip(vectors, copies):
         assert i.tobytes() == i0.tobytes() and v.tobytes() == v0.tobytes()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_result_never_shares_the_callers_values(algorithm):
+    """When one rank alone holds pairs, its own values are the sum: the result is still a
+    new array, so that clearing the input (an error-feedback residual) leaves it alone."""
+    def body(comm):
+        values = np.array([1.0, 2.0, 3.0]) if comm.rank == 1 else np.empty(0)
+        indices = np.array([1, 5, 9]) if comm.rank == 1 else np.empty(0, np.int64)
+        _, result = sparse_allreduce(indices, values, 40, comm, algorithm=algorithm)
+        values[:] = 0
+        return result.tolist()
+
+    assert run_threads(4, body) == [[1.0, 2.0, 3.0]] * 4
 
 
 @pytest.mark.parametrize("op", ["max", "min", "prod"])

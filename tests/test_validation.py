@@ -116,6 +116,27 @@ CASES = [
     ("more servers than ranks",
      lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server", servers=9),
      ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got 9"),
+    ("the other byte order on one rank (the same dtype name)",
+     one_rank_differs(1, lambda: np.ones(8), lambda: np.ones(8, ">f8"), algorithm="ring"),
+     TypeError, r"rank 1: TypeError: x has the non-native byte order '>f8'"),
+    ("a read-only out on one rank",
+     lambda comm: allreduce.allreduce(np.ones(8), comm, algorithm="ring",
+                                      out=_read_only(8) if comm.rank == 2 else np.ones(8)),
+     TypeError, r"rank 2: TypeError: out is read-only, and the call writes into it"),
+    ("in place on a read-only x",
+     lambda comm: (lambda x: allreduce.allreduce(x, comm, algorithm="tree", out=x))(
+         _read_only(8) if comm.rank == 0 else np.ones(8)),
+     TypeError, r"rank 0: TypeError: x is read-only, and the call writes into it"),
+    ("a broadcast out",
+     lambda comm: allreduce.allreduce(np.ones((3, 8)), comm, out=np.broadcast_to(
+         np.zeros(8), (3, 8)).copy() if comm.rank else _broadcast_writable(3, 8)),
+     TypeError, r"rank 0: TypeError: out has several elements on one address"),
+    ("a numpy matrix",
+     lambda comm: allreduce.allreduce(np.asmatrix(np.ones((1, 8))), comm, algorithm="ring"),
+     TypeError, r"x must be a plain numpy.ndarray, got matrix \(pass np.asarray\(x\)\)"),
+    ("a masked array on one rank",
+     one_rank_differs(3, lambda: np.ones(8), lambda: np.ma.masked_less(np.ones(8), 0)),
+     TypeError, r"rank 3: TypeError: x must be a plain numpy.ndarray, got MaskedArray"),
     ("several ranks with different problems",
      lambda comm: allreduce.allreduce(
          np.ones(4, np.int64) if comm.rank == 1 else np.ones(4), comm,
@@ -123,6 +144,17 @@ CASES = [
      TypeError, r"invalid call on ranks 1, 2 \(rank 1: TypeError: op 'mean' needs .*; "
                 r"rank 2: ValueError: unknown algorithm 'nope'"),
 ]
+
+
+def _read_only(n):
+    x = np.ones(n)
+    x.flags.writeable = False
+    return x
+
+
+def _broadcast_writable(rows, n):
+    """Every row on the same memory, yet writeable (as_strided), as a careless view is."""
+    return np.lib.stride_tricks.as_strided(np.zeros(n), (rows, n), (0, 8), writeable=True)
 
 
 @pytest.mark.parametrize(("what", "call", "error", "pattern"), CASES, ids=[c[0] for c in CASES])
@@ -213,6 +245,16 @@ CACHE_CASES = [
     ("dtype of out", lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4)),
      lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4, np.float32)),
      r"got \(4,\) float32"),
+    ("byte order of x", lambda c: allreduce.allreduce(np.ones(4), c),
+     lambda c: allreduce.allreduce(np.ones(4, ">f8" if c.rank == 1 else "<f8"), c),
+     r"x has the non-native byte order '>f8'"),
+    ("writability of out", lambda c: allreduce.allreduce(np.ones(4), c, out=np.ones(4)),
+     lambda c: allreduce.allreduce(np.ones(4), c, out=_read_only(4)),
+     r"out is read-only"),
+    ("writability of x in place", lambda c: (lambda x: allreduce.allreduce(x, c, out=x))(
+        np.ones(4)),
+     lambda c: (lambda x: allreduce.allreduce(x, c, out=x))(_read_only(4)),
+     r"x is read-only"),
     ("op", lambda c: allreduce.allreduce(np.ones(4, np.int32), c, op="sum"),
      lambda c: allreduce.allreduce(np.ones(4, np.int32), c, op="mean"),
      r"op 'mean' needs a floating-point dtype, got int32"),
@@ -343,3 +385,34 @@ def test_plans_do_not_keep_a_communicator_alive():
     references = run_threads(2, body)
     gc.collect()
     assert all(reference() is None for reference in references)
+
+
+@pytest.mark.parametrize("algorithm", allreduce.ALGORITHMS)
+def test_an_out_that_overlaps_x_gets_the_sum(algorithm):
+    """``out`` sharing memory with ``x`` without being ``x`` (here shifted by one element):
+    the algorithms that read ``x`` in place would overwrite it before reading it, so the
+    call stages the result apart."""
+    def body(comm):
+        memory = np.arange(11.0) + comm.rank
+        x, out = memory[1:], memory[:10]
+        expected = sum(np.arange(1.0, 11.0) + r for r in range(comm.size))
+        allreduce.allreduce(x, comm, algorithm=algorithm, out=out)
+        return np.array_equal(out, expected)
+
+    assert all(run_threads(P, body, timeout=10))
+
+
+@pytest.mark.parametrize("phase", ["reduce_scatter", "allgather"])
+def test_a_phase_on_strided_memory_on_one_rank_raises_on_every_rank(phase):
+    """The phases work in ``x`` itself: one rank's strided or read-only ``x`` is part of
+    the check, so every rank raises instead of the others waiting for it."""
+    def strided(comm):
+        x = np.ones(16)[::2] if comm.rank == 1 else np.ones(8)
+        return getattr(allreduce, phase)(x, comm)
+
+    def read_only(comm):
+        return getattr(allreduce, phase)(_read_only(8) if comm.rank == 2 else np.ones(8), comm)
+
+    assert "rank 1: ValueError: reduce_scatter and allgather work in place: x must be " \
+        "contiguous" in str(errors_on_every_rank(strided))
+    assert "rank 2: TypeError: x is read-only" in str(errors_on_every_rank(read_only))

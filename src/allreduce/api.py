@@ -32,6 +32,12 @@ def _checked(x, comm, op, algorithm, ranks_per_node, nodes) -> Communicator:
                     layout={"ranks_per_node": ranks_per_node, "nodes": nodes},
                     takes_layout=LAYOUT)
     call.resolved = algorithm
+    if call.problem is None:  # the phases work in x itself: every rank hears of a bad one
+        if not arrays.is_contiguous(x):
+            call.problem = ValueError(
+                "reduce_scatter and allgather work in place: x must be contiguous")
+        elif bad := arrays.problem(x, written=True):
+            call.problem = TypeError(bad)
     agree(communicator, call, PHASED)
     return communicator
 
@@ -107,7 +113,10 @@ def allreduce(
         result = arrays.new_like(x) if out is None else out
         # the algorithms reduce a flat contiguous buffer in place: the result's own memory
         # when it is contiguous, otherwise a staging copy that is written back at the end
-        staging = result if arrays.is_contiguous(result) else arrays.new_like(x)
+        # (and when out overlaps x without being x, which the algorithms would overwrite
+        # before they read it)
+        aliased = out is not None and out is not x and arrays.overlaps(out, x)
+        staging = result if arrays.is_contiguous(result) and not aliased else arrays.new_like(x)
         buffer = communicator.native(arrays.flat_view(staging))
         if in_band and call.resolved == "recursive_doubling" and \
                 arrays.nbytes(x) <= IN_BAND_LIMIT:
@@ -184,8 +193,8 @@ def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
             return None
     if out is None:
         given = None
-    elif type(out) is kind:
-        given = out.shape, out.dtype, out.device
+    elif type(out) is kind:  # and whether it may be written (read-only, broadcast)
+        given = out.shape, out.dtype, out.device, arrays.problem(out, written=True) is None
     else:
         return None
     try:  # the options' types too: ranks_per_node=True equals 1 as a key, but is refused
@@ -203,12 +212,6 @@ def _layout(algorithm: str, ranks_per_node, nodes) -> dict:
     return {k: v for k, v in given.items() if v is not None} if algorithm == "hierarchical" else {}
 
 
-def _flat_in_place(x):
-    if not arrays.is_contiguous(x):
-        raise ValueError("reduce_scatter and allgather work in place: x must be contiguous")
-    return arrays.flat_view(x)
-
-
 def reduce_scatter(x: Any, comm: Any, op: str = "sum", *, algorithm: str = "ring",
                    ranks_per_node: int | None = None,
                    nodes: Sequence[int] | None = None) -> tuple[int, int]:
@@ -221,7 +224,7 @@ def reduce_scatter(x: Any, comm: Any, op: str = "sum", *, algorithm: str = "ring
     by the number of ranks.  Chapters "Ring allreduce" and "Beyond one flat ring".
     """
     communicator = _checked(x, comm, op, algorithm, ranks_per_node, nodes)
-    buffer = communicator.native(_flat_in_place(x))
+    buffer = communicator.native(arrays.flat_view(x))
     lo, hi = PHASES[algorithm][0](buffer, communicator, OPS[op],
                                   **_layout(algorithm, ranks_per_node, nodes))
     finish(OPS[op], buffer[lo:hi], communicator.size)
@@ -235,6 +238,6 @@ def allgather(x: Any, comm: Any, *, algorithm: str = "ring", ranks_per_node: int
     it, with the same ``algorithm`` and options) and ends with every rank's chunk.
     Returns ``x``."""
     communicator = _checked(x, comm, "max", algorithm, ranks_per_node, nodes)  # any dtype
-    PHASES[algorithm][1](communicator.native(_flat_in_place(x)), communicator,
+    PHASES[algorithm][1](communicator.native(arrays.flat_view(x)), communicator,
                          **_layout(algorithm, ranks_per_node, nodes))
     return x

@@ -47,6 +47,49 @@ def nbytes(x) -> int:
     return x.nbytes if isinstance(x, np.ndarray) else x.numel() * x.element_size()
 
 
+def problem(x, name: str = "x", *, written: bool = False) -> str | None:
+    """Why the algorithms cannot take ``x`` although its type and dtype are right, or
+    ``None``: a numpy subclass whose flat view is not 1-D (``np.matrix``) or that carries
+    more than its values (a masked array's mask); bytes in the other byte order, which
+    ranks would read as their own; and, for an array the call writes, memory it may not
+    write (read-only, or several elements on one address, as ``np.broadcast_to`` and
+    ``Tensor.expand`` make)."""
+    if isinstance(x, np.ndarray):
+        if type(x) is not np.ndarray and (isinstance(x, (np.matrix, np.ma.MaskedArray))):
+            return (f"{name} must be a plain numpy.ndarray, got {type(x).__name__} "
+                    f"(pass np.asarray({name}))")
+        if not x.dtype.isnative:
+            return (f"{name} has the non-native byte order {x.dtype.str!r}: convert it with "
+                    f"{name}.astype({name}.dtype.newbyteorder('='))")
+        if written and not x.flags.writeable:
+            return f"{name} is read-only, and the call writes into it"
+        strides = x.strides
+    else:
+        strides = x.stride()
+    if written and any(stride == 0 and size > 1 for size, stride in zip(x.shape, strides)):
+        return (f"{name} has several elements on one address (a broadcast or expanded view), "
+                "and the call writes into it")
+    return None
+
+
+def overlaps(a, b) -> bool:
+    """Whether ``a`` and ``b`` may share memory (a bounds test: it may say yes for
+    interleaved views that share no element)."""
+    if isinstance(a, np.ndarray):
+        return np.may_share_memory(a, b)
+    if a.device != b.device or not a.numel() or not b.numel():
+        return False
+    start_a, start_b = a.data_ptr(), b.data_ptr()
+    end_a = start_a + _span(a) * a.element_size()
+    end_b = start_b + _span(b) * b.element_size()
+    return start_a < end_b and start_b < end_a
+
+
+def _span(t) -> int:
+    """Elements from a tensor's first to one past its last (non-negative strides)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
 def is_contiguous(x) -> bool:
     return x.flags.c_contiguous if isinstance(x, np.ndarray) else x.is_contiguous()
 

@@ -157,6 +157,9 @@ def describe(
                 f"x must be a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
             )
         call.shape, call.dtype = tuple(x.shape), arrays.dtype_name(x)
+        bad = arrays.problem(x, written=out is x)
+        if bad:
+            raise TypeError(bad)
         if not isinstance(op, str):
             raise TypeError(f"op must be a name such as 'sum', got {type(op).__name__}")
         check_op_for_dtype(op, call.dtype)
@@ -231,6 +234,9 @@ def _check_out(x, out) -> None:
         )
     if arrays.device(out) != arrays.device(x):
         raise TypeError(f"out is on {arrays.device(out)} but x is on {arrays.device(x)}")
+    bad = arrays.problem(out, "out", written=True)
+    if bad:
+        raise TypeError(bad)
 
 
 def agree(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...]) -> None:

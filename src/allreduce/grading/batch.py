@@ -10,12 +10,14 @@ live where no run can reach them; the key is still checked unchanged after every
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .judge import STOP
+from .judge import STOP, clean
 from .notebooks import Spec, nbformat, role, setup_code, solution_sources, specs, wrong_lab
 from .run import Code, Result, broke, run_exercise
 from .sandbox import DEFAULT_LIMITS, Limits
@@ -58,10 +60,30 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     return Code(setup, tuple(stubs), tuple(theirs), cells)
 
 
+#: The largest submission read (a lab's notebook with its outputs is well under 10 MB).
+MAX_NOTEBOOK_BYTES = 50 << 20
+
+
 def read_notebook(path: Path):
-    """A notebook, or the reason it is not one."""
+    """A notebook, or the reason it is not one.  Only a regular file of at most
+    :data:`MAX_NOTEBOOK_BYTES` is read, never through a link: a submissions folder unpacked
+    from students' archives may hold links (to another student's notebook, ``/dev/zero``)
+    or pipes, which would be read as the student's work or never end."""
     try:
-        nb = nbformat().reads(path.read_bytes().decode(), as_version=4)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        return Result(0.0, f"not a readable notebook: {error.strerror or error} (a link is "
+                           "not graded: copy the notebook itself into the folder)")
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return Result(0.0, "not a readable notebook: not a regular file")
+        if info.st_size > MAX_NOTEBOOK_BYTES:
+            return Result(0.0, f"not a readable notebook: {info.st_size >> 20} MB, more than "
+                               f"the {MAX_NOTEBOOK_BYTES >> 20} MB read")
+        data = file.read(MAX_NOTEBOOK_BYTES + 1)
+    try:
+        nb = nbformat().reads(data.decode(), as_version=4)
     except Exception as error:  # noqa: BLE001 - not a notebook at all
         return Result(0.0, f"not a readable notebook: {type(error).__name__}")
     cells = nb.get("cells")
@@ -72,6 +94,18 @@ def read_notebook(path: Path):
         return Result(0.0, "not a readable notebook: a cell without a text source, a type "
                            "and metadata")
     return nb
+
+
+def student_name(path: Path) -> str:
+    """The student's name, from the notebook's file name, as the reports write it and name
+    files after it: printable UTF-8 (a name from an archive made elsewhere may not be), and
+    at most 100 characters (a longer name ends in a digest of the whole, so that two long
+    names stay apart and a report's file name stays under the file system's limit)."""
+    name = clean(path.stem, 10_000)
+    if len(name.encode()) > 100:
+        digest = hashlib.sha256(os.fsencode(path.stem)).hexdigest()[:12]
+        name = name.encode()[:80].decode("utf-8", "ignore") + "-" + digest
+    return name
 
 
 def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
@@ -90,7 +124,7 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
     for path, student in students.items():
         if not isinstance(student, Result) and (why := wrong_lab(key, student, lab)):
             students[path] = Result(0.0, why)
-    graded = [Submission(path.stem, points=points,
+    graded = [Submission(student_name(path), points=points,
                          notebook=None if isinstance(students[path], Result) else students[path])
               for path in submissions]
     lock = threading.Lock()
@@ -113,12 +147,13 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
         with lock:
             graded[number - 1].results[spec.exercise] = result
             shown = "" if result.score == 1 else f": {result.message}"
-            progress(f"[{number}/{len(submissions)}] {path.name}: {spec.exercise} "
+            progress(f"[{number}/{len(submissions)}] {clean(path.name)}: {spec.exercise} "
                      f"{result.score * spec.points:g}/{spec.points:g} ({result.seconds:.1f} s)"
                      f"{shown}", flush=True)
             if not lab.exists() or hashlib.sha256(lab.read_bytes()).hexdigest() != digest:
                 lab.write_bytes(key_bytes)  # cannot happen from a sandbox; say so if it does
-                progress(f"warning: the key {lab} changed while grading {path.name}; restored",
+                progress(f"warning: the key {lab} changed while grading {clean(path.name)}; "
+                         "restored",
                          flush=True)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
 
 from . import report, similarity
 from .batch import grade
+from .judge import clean
 from .notebooks import exercises, nbformat, specs, write_student_copies
 from .sandbox import Limits, probe
 
@@ -85,9 +87,8 @@ def grade_main(argv: list[str] | None = None) -> int:
         parser.error(f"no such lab: {args.lab}")
     if not args.submissions.is_dir():
         parser.error(f"no such folder: {args.submissions}")
-    submissions = sorted(p for p in args.submissions.glob("*.ipynb")
-                         if p.resolve() != args.lab.resolve())
-    for line in not_graded(args.submissions, args.lab):
+    submissions, skipped = entries(args.submissions, args.lab)
+    for line in skipped:
         print(line)
     if not submissions:
         parser.error(f"no notebooks (*.ipynb) in {args.submissions}")
@@ -101,7 +102,7 @@ def grade_main(argv: list[str] | None = None) -> int:
     names = [s.exercise for s in specs(key)]
     try:
         written = _reports(args, graded, key, names)
-    except OSError as error:  # the grading is done: keep its scores wherever they can go
+    except (OSError, ValueError) as error:  # the grading is done: keep its scores anyway
         print(report.summary(graded, names))
         saved = report.save_elsewhere(graded, names)
         print(f"allreduce-grade: writing the reports failed ({error}); the scores are saved "
@@ -155,20 +156,40 @@ def _reports(args, graded, key, names):
     return folder, similar, found, compared
 
 
-def not_graded(folder: Path, lab: Path) -> list[str]:
-    """A line for every entry of the submissions folder that is not graded, and why."""
-    lines = []
+def entries(folder: Path, lab: Path) -> tuple[list[Path], list[str]]:
+    """The notebooks of the submissions folder to grade, and a line for every other entry
+    saying why it is not graded.  Only regular files named ``*.ipynb`` directly in the
+    folder are graded: a link, a pipe or a device (which an unpacked archive may hold) is
+    named, never followed or read."""
+    graded, lines = [], []
+    try:
+        key = lab.resolve(strict=True)
+    except (OSError, RuntimeError):
+        key = None
     for path in sorted(folder.iterdir()):
-        if path.is_dir():
+        shown = clean(path.name, 200)
+        try:
+            mode = path.lstat().st_mode
+        except OSError as error:
+            lines.append(f"not graded: {shown}: {error.strerror}")
+            continue
+        if stat.S_ISDIR(mode):
             why = "a folder (only the notebooks directly in the submissions folder are graded)"
-        elif path.suffix != ".ipynb":
+        elif not path.name.endswith(".ipynb"):
             why = "not a notebook (only *.ipynb files are graded)"
-        elif path.resolve() == lab.resolve():
+        elif path.name.startswith("."):
+            why = "a hidden file (only visible *.ipynb files are graded)"
+        elif stat.S_ISLNK(mode):
+            why = "a link (copy the notebook itself into the folder)"
+        elif not stat.S_ISREG(mode):
+            why = "not a regular file (a pipe or a device)"
+        elif key is not None and path.resolve() == key:
             why = "it is the lab itself (the key)"
         else:
+            graded.append(path)
             continue
-        lines.append(f"not graded: {path.name}: {why}")
-    return lines
+        lines.append(f"not graded: {shown}: {why}")
+    return graded, lines
 
 
 def _no_cgroup() -> str | None:

@@ -44,6 +44,9 @@ class Result:
     seconds: float = 0.0
     warning: str = ""
 
+    def __post_init__(self):  # what a submission can put in them is shown and stored
+        self.message, self.warning = clean(self.message, 2000), clean(self.warning, 2000)
+
 
 @dataclass(frozen=True)
 class Code:

@@ -102,10 +102,12 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
 
             return torch.from_numpy(full)
         return full
-    out_indices = result[0].astype(index_dtype(n))
+    out_indices, out_values = result[0].astype(index_dtype(n)), result[1]
+    if np.may_share_memory(out_values, values):  # one rank's pairs alone: its own array
+        out_values = out_values.copy()
     if call.torch:
-        return as_torch(out_indices, result[1], n)
-    return out_indices, result[1]
+        return as_torch(out_indices, out_values, n)
+    return out_indices, out_values
 
 
 def topk_allreduce(indices, values, n: int, k: int, comm, op: str = "sum", *,

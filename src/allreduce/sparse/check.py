@@ -82,6 +82,9 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
         if values.ndim != 1 or values.dtype.name not in DTYPES:
             raise TypeError(f"values must be a 1-D array of one of {', '.join(DTYPES)}, got "
                             f"{values.ndim}-D {values.dtype.name}")
+        if not values.dtype.isnative:
+            raise TypeError(f"values have the non-native byte order {values.dtype.str!r}: "
+                            "convert them with values.astype(values.dtype.newbyteorder('='))")
         call.values = values
         if indices.ndim != 1 or indices.dtype.kind not in "iu":
             raise TypeError(f"indices must be a 1-D integer array, got {indices.ndim}-D "
