@@ -339,7 +339,8 @@ NODE_NETWORKS: dict[str, Network] = {
 
 def busbw(nbytes: float, seconds: float, p: int) -> float:
     """nccl-tests' bus bandwidth of an allreduce, bytes/s: algbw·2(p−1)/p, where algbw is
-    ``nbytes / seconds``.  It makes the ring's bandwidth-optimal cost read as link speed."""
+    ``nbytes / seconds``.  It makes the ring's bandwidth-optimal cost read as link speed.
+    On one rank, where nccl-tests prints 0, this course's convention is algbw."""
     return nbytes / seconds * (2 * (p - 1) / p if p > 1 else 1.0)
 
 

@@ -15,8 +15,9 @@ The descriptions are combined in one of two ways (chapter "Choosing an algorithm
   as MPI's whole allreduce.
 * :func:`agree_in_band`: the description rides at the front of recursive doubling's
   messages, as a header reduced by element-wise minimum alongside the data.  A header
-  ``[s, −s]`` reduces to ``[min s, −max s]``: every rank learns, after the same ⌈lg p⌉
-  exchanges that reduce the data, whether all ranks agreed.  Messages of a wrong length
+  ``[s, −s]`` reduces to ``[min s, −max s]``: every rank learns, after the same ⌊lg p⌋
+  exchanges that reduce the data (two more to fold a p that is not a power of two),
+  whether all ranks agreed.  Messages of a wrong length
   cannot overflow a buffer: the transport cuts them (:meth:`Communicator.recv_any`) and the
   header, which every message starts with, shows the disagreement.
 """

@@ -100,8 +100,9 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
             raise ValueError("indices must be sorted and unique (strictly increasing)")
         if call.op not in SPARSE_OPS:
             raise ValueError(f"sparse_allreduce supports op 'sum' and 'mean' (or 'avg'), got "
-                             f"{op!r}: with absent entries counted as zeros, max, min and prod "
-                             "of a sparse vector are not sparse")
+                             f"{op!r}: a rank's absent entries, counted as zeros, would change "
+                             "max, min and prod where other ranks have pairs, and the "
+                             "algorithms merge only the pairs")
         check_op_for_dtype(call.op, values.dtype.name)
         if algorithm not in algorithms:
             raise ValueError(f"unknown sparse algorithm {algorithm!r}; choose one of "

@@ -12,7 +12,7 @@ rest, and shows both, since nothing measured tells between them beyond 64:
 * :class:`PowerLaw`, ``u_s = c·k·s^b`` (capped by the independent curve): keeps growing;
 * :class:`BetaBinomial`: each coordinate lands in a shard's Top-k with its own probability
   π, drawn from a Beta distribution of mean ``d``; then ``u_s = n·(1 − E[(1 − π)^s])``,
-  which saturates where the coordinates that are ever large run out.
+  which grows ever more slowly once the coordinates that are ever large run out.
 """
 
 from __future__ import annotations
