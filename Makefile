@@ -32,7 +32,7 @@ help:
 	@echo "make student FORCE=1  replace them all, after moving the old ones to student/.old/"
 	@echo "make grade LAB=labs/50_ring_allreduce.ipynb SUBMISSIONS=dir/  grade in sandboxes into grades/ (studyguide/instructor.md)"
 	@echo "make bench  allreduce-bench on 4 MPI ranks, 1 KiB to 64 MiB, against MPI_Allreduce and torch gloo"
-	@echo "make publish REMOTE=origin  build the book, push it to gh-pages and the student copies to 'student'"
+	@echo "make publish REMOTE=R  build the book, push it to gh-pages of R and the student copies to its 'student' (R: a repository students may read)"
 	@echo "make venv   only create .venv and install the package with all extras"
 	@echo "make clean  remove _build and .venv"
 
@@ -83,8 +83,8 @@ student: $(STAMP)
 	$(BIN)/allreduce-student labs/*.ipynb --out "$(STUDENT)" $(if $(FORCE_ON),--force)
 
 grade: $(STAMP)
-	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=grades/scores.csv] [JOBS=1]"; exit 2; }
-	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),grades/scores.csv)" --jobs "$(or $(JOBS),1)"
+	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade LAB=labs/NN_lab.ipynb SUBMISSIONS=folder/ [OUT=grades/scores.csv] [JOBS=1] [FORMAT=csv|canvas]"; exit 2; }
+	$(BIN)/allreduce-grade "$(LAB)" "$(SUBMISSIONS)" --out "$(or $(OUT),grades/scores.csv)" --jobs "$(or $(JOBS),1)" --format "$(or $(FORMAT),csv)"
 
 BENCH_RANKS ?= 4
 BENCH_ARGS  ?= -b 1K -e 64M -f 4 -a ring,pipelined_ring,rabenseifner,recursive_doubling,auto
@@ -97,8 +97,9 @@ bench: $(STAMP)
 # REMOTE, and the repository with the labs as student copies onto its student branch,
 # which the lab pages' launch buttons open (see src/allreduce/book.py).  REMOTE is a remote
 # of this checkout, a URL or a path; point it at a repository students may read.
-REMOTE ?= origin
+REMOTE ?=
 publish: book
+	@test -n "$(REMOTE)" || { echo "usage: make publish REMOTE=<a repository students may read: a remote of this checkout, a URL or a path> (never the one that holds the keys)"; exit 2; }
 	$(BIN)/python -m allreduce.book --html _build/html --remote "$(REMOTE)"
 
 clean:

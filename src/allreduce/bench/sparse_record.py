@@ -242,7 +242,13 @@ def report(rows: list[SparseRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    print(report(load((argv or sys.argv[1:])[0])))
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m allreduce.bench.sparse_record RECORD.json (the rows of "
+              "allreduce-bench --sparse --json, one run's runs concatenated into one list)",
+              file=sys.stderr)
+        return 0 if args in (["-h"], ["--help"]) else 2
+    print(report(load(args[0])))
     return 0
 
 

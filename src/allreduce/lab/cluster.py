@@ -77,13 +77,21 @@ def settings(n: int | None = None, *, mpiexec: str | None = None, profile: str |
     return Settings(n, words, profile)
 
 
+#: The repository's root, where a relative profile folder (``etc/cluster/profile_allreduce``)
+#: is also looked for: a notebook's kernel runs in ``student/`` or ``labs/``.
+ROOT = Path(__file__).resolve().parents[3]
+
+
 def _profile(profile: str) -> dict:
-    """ipyparallel's arguments for a profile given as a folder or as a name."""
+    """ipyparallel's arguments for a profile given as a folder (relative to the working
+    folder or to the repository's root) or as a name."""
     folder = Path(profile).expanduser()
-    if folder.is_dir():
-        return {"profile_dir": str(folder.resolve())}
+    for place in (folder, ROOT / folder):
+        if place.is_dir():
+            return {"profile_dir": str(place.resolve())}
     if os.sep in profile:
-        raise FileNotFoundError(f"no ipyparallel profile folder {profile}")
+        raise FileNotFoundError(f"no ipyparallel profile folder {profile} (looked in "
+                                f"{Path.cwd()} and {ROOT})")
     return {"profile": profile}
 
 
