@@ -906,10 +906,12 @@ def test_the_keys_solutions_score_everything_and_a_student_copy_nothing(root, tm
 # -- the grader itself ----------------------------------------------------------------------------
 
 @needs_sandbox
-def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path, key):
-    """Ctrl-C on `allreduce-grade --jobs 2` while both runs hang: the grader exits within
-    a second or two (it took 46 s against a rank that stalled the judge) and leaves nothing
-    behind."""
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path, key, stop):
+    """Ctrl-C (or SIGTERM: a killed job) on `allreduce-grade --jobs 2` while both runs
+    hang: the grader exits within a second or two (it took 46 s against a rank that stalled
+    the judge) and leaves nothing behind, no process and no cgroup (SIGTERM once left the
+    cgroups)."""
     folder = tmp_path / "submissions"
     folder.mkdir()
     hang = {"reduce_scatter": lambda s: _body(s, "import time\ntime.sleep(600)")}
@@ -925,13 +927,15 @@ def test_interrupting_a_parallel_grading_ends_its_runs(root, venv_bin, tmp_path,
     time.sleep(8)  # both runs are now in the sleeping call
     assert grader.poll() is None, grader.communicate()
     interrupted = time.monotonic()
-    os.kill(grader.pid, signal.SIGINT)
+    os.kill(grader.pid, stop)
     out, err = grader.communicate(timeout=60)
     assert grader.returncode != 0 and "KeyboardInterrupt" in err, (grader.returncode, out, err)
     # the judges look at Ctrl-C every 0.2 s; the rest is ending the sandboxes and Python
     assert time.monotonic() - interrupted < 3, "the grader waited for its runs"
     time.sleep(1)
     assert not _leftovers(), _leftovers()
+    groups = [str(g) for g in Path("/sys/fs/cgroup").glob(f"**/allreduce-grade-{grader.pid}-*")]
+    assert not groups, groups
 
 
 def test_a_file_that_is_not_a_notebook_scores_zero_with_the_reason(root, tmp_path):
@@ -1436,3 +1440,37 @@ def test_a_padded_pattern_ends_within_the_cases_time(key):
     assert seconds < 6 * 30 + 10, (seconds, result.message)  # 6 cases, each within its time
     assert result.score == 1 or "did not finish within 30 s" in result.message, result.message
     print(f"the padded ring: {result.score} in {seconds:.0f} s ({result.message[:80]})")
+
+
+DECOY = """\
+p, rank = comm.size, comm.rank
+flat = np.concatenate([g.ravel() for g in grads])
+allreduce.allreduce(np.zeros_like(flat), comm, op="sum")  # the one allreduce: a decoy
+others = np.empty((p, flat.size), flat.dtype)
+requests = []
+for k in range(1, p):
+    requests.append(comm.irecv(others[(rank - k) % p], (rank - k) % p))
+    requests.append(comm.isend(flat, (rank + k) % p))
+comm.waitall(requests)
+total = flat + sum(others[(rank - k) % p] for k in range(1, p))
+pieces = np.split(total / p, np.cumsum([g.size for g in grads])[:-1])
+return [piece.reshape(g.shape) for piece, g in zip(pieces, grads)]"""
+
+
+@needs_sandbox
+def test_one_allreduce_of_zeros_beside_messages_of_its_own_scores_0(root):
+    """Lab 10's "a single allreduce": the data sent rank to rank and summed by hand, with
+    the one allreduce the check counts carrying zeros (a hostile reader's submission that
+    scored full marks): messages of its own fail the exercise."""
+    from allreduce.grading import run
+
+    key = nbformat.read(root / "labs" / "10_data_parallel.ipynb", as_version=4)
+    spec = grading.spec(key, "average_gradients")
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == ("average_gradients", "solution"):
+            cell.source = _body(_stub(cell.source, "average_gradients"), DECOY)
+    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    assert result.score == 0 and "sent messages of its own" in result.message, result
+    honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=20)
+    assert honest.score == 1, honest

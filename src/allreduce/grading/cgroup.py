@@ -73,6 +73,29 @@ def why_not() -> str | None:
     return None
 
 
+_SWEPT: list[int] = []  # remove_stale has run in this process (how many it removed)
+
+
+def remove_stale(where: dict[str, Path]) -> int:
+    """Remove the empty groups that graders which are gone left behind (killed before they
+    could remove their own): ``allreduce-grade-PID-N`` whose PID runs no process."""
+    removed = 0
+    for parent in where.values():
+        for folder in parent.glob("allreduce-grade-*-*"):
+            try:
+                pid = int(folder.name.split("-")[2])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                try:
+                    folder.rmdir()  # fails, and is kept, while a process is still in it
+                    removed += 1
+                except OSError:
+                    pass
+            except (ValueError, PermissionError):
+                pass  # not a grader's name, or a process of another user's: alive
+    return removed
+
+
 class Group:
     """The groups of one sandbox: ``memory`` bytes and ``pids`` processes and threads, in
     all, for everything in it."""
@@ -85,6 +108,8 @@ class Group:
         where = _parents()
         if isinstance(where, str):
             raise OSError(where)
+        if not _SWEPT:
+            _SWEPT.append(remove_stale(where))
         name = f"allreduce-grade-{os.getpid()}-{next(_NUMBER)}"
         group = cls([])
         try:

@@ -66,6 +66,27 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def grade_main(argv: list[str] | None = None) -> int:
+    """``allreduce-grade``.  SIGTERM and SIGHUP (a killed job, a closed terminal) end a
+    grading as Ctrl-C does: no new run starts, and the sandboxes in flight end and leave no
+    cgroup behind."""
+    import signal
+    import threading
+
+    def interrupt(number, frame):
+        raise KeyboardInterrupt(f"signal {number}")
+
+    if threading.current_thread() is not threading.main_thread():
+        return _grade_main(argv)
+    before = {number: signal.signal(number, interrupt)
+              for number in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _grade_main(argv)
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+def _grade_main(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.no_sandbox and (why := probe()) is not None:

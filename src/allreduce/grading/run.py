@@ -162,8 +162,16 @@ def _pattern(spec: Spec, n: int, outcome, deadline: float, timeout: float) -> st
         if any(outcome.collectives):
             return (f"your {spec.function} used a collective of comm (allgather) for n = {n}; "
                     f"it must {PATTERNS[spec.pattern].does}")
-    if spec.pattern == "one_allreduce" and any(outcome.collectives):
-        return f"your {spec.function} used comm's allgather; it must {PATTERNS[spec.pattern].does}"
+    if spec.pattern == "one_allreduce":
+        if any(outcome.collectives):
+            return (f"your {spec.function} used comm's allgather; it must "
+                    f"{PATTERNS[spec.pattern].does}")
+        # here the allreduce is the judge's, so a message of the rank's own can only move
+        # the data beside it (the judge adds up what the allreduce carries, and a decoy
+        # allreduce of zeros would hide data that went rank to rank)
+        if any(event.kind in ("send", "recv") for mine in outcome.events for event in mine):
+            return (f"your {spec.function} sent messages of its own for n = {n}; it must "
+                    f"{PATTERNS[spec.pattern].does}")
     try:
         return pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
                                [len(a) for a in outcome.allreduces], outcome.allreduces,

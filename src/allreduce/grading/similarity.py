@@ -18,6 +18,7 @@ import difflib
 import io
 import keyword
 import tokenize
+import zlib
 from itertools import combinations
 from pathlib import Path
 
@@ -84,8 +85,11 @@ def pairs(graded: list[Submission], key, names: list[str], *, threshold: float =
 
 def fingerprints(tokens: list[str]) -> set[int]:
     """The winnowed fingerprints of ``tokens``: the least hash of every window of
-    :data:`WINDOW` consecutive k-gram hashes (all of a solution shorter than one k-gram)."""
-    hashes = [hash(tuple(tokens[i:i + K])) for i in range(max(1, len(tokens) - K + 1))]
+    :data:`WINDOW` consecutive k-gram hashes (all of a solution shorter than one k-gram).
+    The hash is CRC-32 of the k-gram's text, not Python's ``hash``, which is salted per
+    process: two gradings of the same folder list the same pairs."""
+    hashes = [zlib.crc32("\x00".join(tokens[i:i + K]).encode("utf-8", "backslashreplace"))
+              for i in range(max(1, len(tokens) - K + 1))]
     return {min(hashes[i:i + WINDOW]) for i in range(max(1, len(hashes) - WINDOW + 1))}
 
 
