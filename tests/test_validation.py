@@ -137,6 +137,10 @@ CASES = [
     ("a masked array on one rank",
      one_rank_differs(3, lambda: np.ones(8), lambda: np.ma.masked_less(np.ones(8), 0)),
      TypeError, r"rank 3: TypeError: x must be a plain numpy.ndarray, got MaskedArray"),
+    ("servers=True (a bool, not a count)",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server",
+                                      servers=True),
+     ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got True"),
     ("several ranks with different problems",
      lambda comm: allreduce.allreduce(
          np.ones(4, np.int64) if comm.rank == 1 else np.ones(4), comm,

@@ -151,7 +151,8 @@ def describe(
     algorithms in ``takes_layout``)."""
     call = CallDescription(op=op if isinstance(op, str) else None,
                            algorithm=algorithm if isinstance(algorithm, str) else None,
-                           servers=servers if isinstance(servers, int) else None)
+                           servers=servers if isinstance(servers, int)
+                           and not isinstance(servers, bool) else None)
     try:
         if not arrays.is_array(x):
             raise TypeError(
@@ -175,7 +176,8 @@ def describe(
                     f"servers= applies only to {' and '.join(sorted(sharded))}, "
                     f"not to {algorithm!r}"
                 )
-            if not isinstance(servers, int) or not 1 <= servers <= comm.size:
+            if isinstance(servers, bool) or not isinstance(servers, int) \
+                    or not 1 <= servers <= comm.size:
                 raise ValueError(
                     f"servers must be an integer from 1 to the number of ranks ({comm.size}), "
                     f"got {servers!r}"
