@@ -113,6 +113,7 @@ def quizzes() -> list[Quiz]:
                     f"{format_number(ring8.bytes / 1e6)} MB, the lower bound for any "
                     "allreduce of point-to-point messages."))
     server = cost.terms("parameter_server", 8, 100e6, servers=1)
+    ring100 = cost.terms("ring", 8, 100e6)
     found.append(Quiz(
         "server-bytes", "Algorithms", "parameter-server",
         "A single parameter server serves 7 workers (8 ranks in all, the server among "
@@ -120,9 +121,12 @@ def quizzes() -> list[Quiz]:
         "in one step?",
         server.bytes / 1e6, unit="MB", tolerance=0.01,
         explanation=f"$2(p-1)n$ = 2 · 7 · 100 MB = {format_number(server.bytes / 1e6)} MB, "
-                    "700 MB in, then 700 MB out, one after the other; a rank of a ring "
-                    "sends 175 MB while it receives 175 MB, at the same time, so the "
-                    "server's step takes $p$ = 8 times as long."))
+                    f"{format_number(server.bytes / 2e6)} MB in, then "
+                    f"{format_number(server.bytes / 2e6)} MB out, one after the other; a rank "
+                    f"of a ring sends {format_number(ring100.bytes / 1e6)} MB while it receives "
+                    f"{format_number(ring100.bytes / 1e6)} MB, at the same time, so the "
+                    f"server's step takes $p$ = {format_number(server.bytes / ring100.bytes)} "
+                    "times as long."))
     sharded8 = cost.terms("parameter_server", 8, 100e6, servers=8)
     found.append(Quiz(
         "sharded-server-bytes", "Algorithms", "parameter-server",
@@ -131,7 +135,8 @@ def quizzes() -> list[Quiz]:
         "step, its pushes as a worker and its sums as a server together?",
         sharded8.bytes / 1e6, unit="MB", tolerance=0.01,
         explanation=f"Each rank pushes $p-1$ shards of $n/S$ to the other servers and "
-                    f"sends its own shard's sum to the $p-1$ others: 2 · 7 · 12.5 MB = "
+                    f"sends its own shard's sum to the $p-1$ others: 2 · 7 · "
+                    f"{format_number(100 / 8)} MB = "
                     f"{format_number(sharded8.bytes / 1e6)} MB, what a rank of a ring sends "
                     "($2\\frac{p-1}{p}n$): sharded servers are a reduce-scatter and an "
                     "all-gather."))
