@@ -1474,3 +1474,40 @@ def test_one_allreduce_of_zeros_beside_messages_of_its_own_scores_0(root):
     assert result.score == 0 and "sent messages of its own" in result.message, result
     honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=20)
     assert honest.score == 1, honest
+
+
+FORGED_TRAINING = """\
+%%px --no-stream
+import numpy as np
+import allreduce.training as T
+_real = T.train
+def _fake(comm=None, *, steps=40, **kw):
+    reference = _real(None, steps=steps)  # single-process training, in the rank
+    sizes = [p.numel() for p in reversed(list(T.make_model().parameters()))] + [1]
+    for _ in range(steps):
+        for size in sizes:
+            T.allreduce(np.zeros(size, np.float32), comm)  # right sizes and order, zeros
+    return reference
+T.train = _fake
+
+def attach_overlap(model, thread):
+    pass
+"""
+
+
+@needs_sandbox
+def test_the_overlap_is_judged_from_the_sums_that_crossed(root):
+    """Lab 80's attach_overlap: a submission that makes allreduces of the right sizes in
+    the right order, carrying zeros, and reports single-process training's weights (a
+    hostile reader's, which scored full marks) fails: SGD is replayed from the sums the
+    judge handed back."""
+    from allreduce.grading import run
+
+    key = nbformat.read(root / "labs" / "80_capstone.ipynb", as_version=4)
+    spec = grading.spec(key, "attach_overlap")
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == ("attach_overlap", "solution"):
+            cell.source = FORGED_TRAINING
+    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=60)
+    assert result.score == 0 and "sums the allreduces returned" in result.message, result

@@ -51,6 +51,7 @@ class Outcome:
     allreduces: list[list[int]]
     collectives: list[int] = field(default_factory=list)
     content: str | None = None  # the first message that did not hold what it must (see Case)
+    sums: list = field(default_factory=list)  # each allreduce's result, as the judge made it
 
 
 class Judge(Protocol):
@@ -78,6 +79,7 @@ class Case:
         self.arrived: list[dict[int, bytes]] = [{} for _ in range(size)]
         self.state: list = [None] * size  # None: running; else what the rank waits for
         self.allreduces: list[list[int]] = [[] for _ in range(size)]
+        self.sums: list[np.ndarray] = []
         self.collectives = [0] * size
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
         self.requests = [0] * size  # frames each rank sent in this case
@@ -252,6 +254,7 @@ class Case:
             total /= np.asarray(self.judge.size, dtype=dtype)
         for rank in range(self.judge.size):
             self.allreduces[rank].append(count)
+        self.sums.append(total)
         return [({"op": "done"}, [total.tobytes()])] * self.judge.size
 
     def _deadlock(self) -> str:
@@ -278,4 +281,4 @@ class Case:
 
     def outcome(self) -> Outcome:
         return Outcome([(s[1], s[2]) for s in self.state], self.events, self.allreduces,
-                       self.collectives, self.content)
+                       self.collectives, self.content, self.sums)

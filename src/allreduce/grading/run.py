@@ -219,6 +219,29 @@ def _reference_training(steps: int) -> tuple[np.ndarray, list[int]]:
     return train(None, steps=steps).weights, sizes + [1]
 
 
+def _replayed_training(sums: list[np.ndarray], per_step: list[int]) -> np.ndarray:
+    """The weights that SGD reaches from the summed gradients the judge handed back, step by
+    step (each step's sums in backward's order, then the loss): what the ranks trained on,
+    judged from what crossed, whatever a rank says it holds."""
+    import inspect
+
+    import torch
+
+    from ..training import flat_weights, make_model, train
+
+    model = make_model()
+    lr = inspect.signature(train).parameters["lr"].default  # what _reference_training uses
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    parameters = list(reversed(list(model.parameters())))
+    for step in range(len(sums) // len(per_step)):
+        mine = sums[step * len(per_step):(step + 1) * len(per_step)]
+        for parameter, total in zip(parameters, mine):
+            parameter.grad = torch.from_numpy(np.array(total, dtype=np.float32)).reshape(
+                parameter.shape)
+        optimizer.step()
+    return flat_weights(model)
+
+
 def _overlap(judge: Judge, spec: Spec, timeout: float) -> str:
     weights, per_step = _reference_training(OVERLAP_STEPS)
     outcome = judge.case([({"op": "case", "steps": OVERLAP_STEPS, "size": RANKS}, [])] * RANKS,
@@ -232,6 +255,12 @@ def _overlap(judge: Judge, spec: Spec, timeout: float) -> str:
                     f"each) on rank {rank} in step {step + 1}; the overlap reduces each of the "
                     f"{len(per_step) - 1} gradients once per step, in the order backward "
                     f"produces them, {per_step[:-1]}, then the loss")
+    crossed = _replayed_training(outcome.sums, per_step)
+    if not np.allclose(crossed, weights, rtol=0, atol=1e-5):
+        raise Failure(f"training with your {spec.function}: SGD on the sums the allreduces "
+                      f"returned does not reach single-process training's weights after "
+                      f"{OVERLAP_STEPS} steps (did each allreduce carry the gradient backward "
+                      "had accumulated?)")
     for rank, (header, blobs) in enumerate(outcome.results):
         try:
             got = wire.decode(header.get("got"), blobs)
