@@ -1511,3 +1511,29 @@ def test_the_overlap_is_judged_from_the_sums_that_crossed(root):
             cell.source = FORGED_TRAINING
     result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=60)
     assert result.score == 0 and "sums the allreduces returned" in result.message, result
+
+
+def test_a_solution_too_large_for_a_run_scores_0_with_the_reason(key):
+    """A solution padded past what one frame to a rank carries is refused with its size,
+    before any run (it failed with a protocol message about a header)."""
+    from allreduce.grading.batch import MAX_SOLUTION_CHARACTERS, graded_code
+
+    spec = grading.spec(key, "reduce_scatter")
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source += "\n#" + "x" * MAX_SOLUTION_CHARACTERS
+    with pytest.raises(LookupError, match="more than the 256,000 a run takes"):
+        graded_code(key, submission, spec)
+
+
+@needs_sandbox
+def test_grading_a_submission_again_gives_the_same_messages(key):
+    """A failure message quotes the inputs' values; they come from a seed made of this
+    machine's grading secret and the submission, so a re-grade writes the same reports (they
+    differed from run to run) while a student still cannot know them beforehand."""
+    wrong = "buf[:] = buf + 1\nreturn chunk_bounds(len(buf), comm.size, comm.rank)"
+    first = _graded_reduce_scatter(key, wrong)
+    again = _graded_reduce_scatter(key, wrong)
+    assert first.score == again.score == 0 and "value" in first.message, first
+    assert first.message == again.message, (first.message, again.message)

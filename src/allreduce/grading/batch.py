@@ -51,6 +51,10 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     wanted = (spec.exercise, "solution")
     places = sum(role(cell) == wanted for cell in lab.cells)
     theirs = solution_sources(submission, spec.exercise)
+    if sum(map(len, theirs)) > MAX_SOLUTION_CHARACTERS:
+        raise LookupError(f"the solution cells of exercise {spec.exercise!r} hold "
+                          f"{sum(map(len, theirs)):,} characters, more than the "
+                          f"{MAX_SOLUTION_CHARACTERS:,} a run takes")
     if len(theirs) != places:
         raise LookupError(f"the submission has {len(theirs)} solution cells for exercise "
                           f"{spec.exercise!r}, the lab has {places} (were cells deleted?)")
@@ -60,6 +64,9 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     return Code(setup, tuple(stubs), tuple(theirs), cells)
 
 
+#: The most characters an exercise's solution cells may hold (a run carries them in one frame
+#: of at most :data:`allreduce.grading.wire.MAX_HEADER` bytes, with the lab's own code).
+MAX_SOLUTION_CHARACTERS = 256_000
 #: The largest submission read (a lab's notebook with its outputs is well under 10 MB).
 MAX_NOTEBOOK_BYTES = 50 << 20
 
