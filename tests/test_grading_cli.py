@@ -272,6 +272,11 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     assert student_name(odd) == "b_j\\udcf6rg"
     long = [student_name(Path("a" * 240 + tail + ".ipynb")) for tail in "xy"]
     assert long[0] != long[1] and all(len(name.encode()) <= 100 for name in long)
+    from allreduce.grading.batch import student_names
+
+    alike = [Path("alice.ipynb"), Path("alice .ipynb"), Path("alice\x1b.ipynb"), Path(" .ipynb")]
+    told = student_names(alike)
+    assert told[0] == "alice" and len(set(told)) == 4 and all(told), told
     graded = [Submission(name, {"e": Result(0.0, "\ud800")}, {"e": 1.0})
               for name in (student_name(odd), *long)]
     report.write_scores(graded, ["e"], tmp_path / "scores.csv")

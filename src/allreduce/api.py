@@ -194,7 +194,10 @@ def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
     if out is None:
         given = None
     elif type(out) is kind:  # and whether it may be written (read-only, broadcast)
-        given = out.shape, out.dtype, out.device, arrays.problem(out, written=True) is None
+        try:
+            given = out.shape, out.dtype, out.device, arrays.problem(out, written=True) is None
+        except Exception:  # noqa: BLE001 - describe() reports it, on every rank
+            return None
     else:
         return None
     try:  # the options' types too: ranks_per_node=True equals 1 as a key, but is refused

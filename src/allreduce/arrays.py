@@ -65,7 +65,10 @@ def problem(x, name: str = "x", *, written: bool = False) -> str | None:
             return f"{name} is read-only, and the call writes into it"
         strides = x.strides
     else:
-        strides = x.stride()
+        try:
+            strides = x.stride()
+        except RuntimeError:  # a sparse or otherwise unstrided tensor
+            return f"{name} must be a dense tensor, got layout {x.layout}"
     if written and any(stride == 0 and size > 1 for size, stride in zip(x.shape, strides)):
         return (f"{name} has several elements on one address (a broadcast or expanded view), "
                 "and the call writes into it")

@@ -13,6 +13,7 @@ import hashlib
 import os
 import stat
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,21 @@ def student_name(path: Path) -> str:
     return name
 
 
+def student_names(paths: list[Path]) -> list[str]:
+    """Each submission's :func:`student_name`, told apart: a name that cleaning changed (or
+    emptied: ``alice\\x1b.ipynb`` beside ``alice.ipynb``), or that two files still share,
+    ends in a digest of its file's own name, so that no report overwrites another's."""
+    def digested(path: Path, name: str) -> str:
+        digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:8]
+        return f"{name}-{digest}" if name else f"student-{digest}"
+
+    told = [name if name == path.stem and name else digested(path, name)
+            for path, name in ((path, student_name(path)) for path in paths)]
+    counts = Counter(told)
+    return [digested(path, name) if counts[name] > 1 else name
+            for path, name in zip(paths, told)]
+
+
 def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
           sandboxed: bool = True, limits: Limits = DEFAULT_LIMITS, key=None,
           progress=print) -> list[Submission]:
@@ -131,9 +147,9 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
     for path, student in students.items():
         if not isinstance(student, Result) and (why := wrong_lab(key, student, lab)):
             students[path] = Result(0.0, why)
-    graded = [Submission(student_name(path), points=points,
+    graded = [Submission(name, points=points,
                          notebook=None if isinstance(students[path], Result) else students[path])
-              for path in submissions]
+              for path, name in zip(submissions, student_names(submissions))]
     lock = threading.Lock()
     warned: list[Path] = []
 

@@ -33,10 +33,10 @@ class Failure(Exception):
 def clean(text, limit: int = 600) -> str:
     """Untrusted text (from a rank, a file's name) made safe to show and to store: one line
     of printable characters, bounded; control characters (C0, DEL, C1, which a terminal
-    takes as commands) and bidirectional overrides become spaces, and a lone surrogate,
+    takes as commands), line separators and bidirectional overrides become spaces, and a lone surrogate,
     which no UTF-8 file or terminal can take, becomes its escape (``\\ud800``)."""
     text = str(text)[: 4 * limit].encode("utf-8", "backslashreplace").decode("utf-8")
-    text = re.sub(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]+", " ",
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]+", " ",
                   text).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -136,7 +136,7 @@ class TorchCommunicator(Communicator):
     def _groups(self) -> dict:
         """Kept per process group (and per default group, so that a new
         ``init_process_group`` starts afresh): a ``new_group`` is a rendezvous."""
-        return _KEPT.setdefault((dist.group.WORLD, self.group), {})
+        return _KEPT.setdefault((dist.group.WORLD, self.group, self.grouped), {})
 
     def _split(self, colors: tuple[int, ...], index: int) -> Communicator:
         """On the default group: a torch group per colour, every rank calling ``new_group``
@@ -151,12 +151,16 @@ class TorchCommunicator(Communicator):
         if self.group not in (None, dist.group.WORLD):
             return super()._split(colors, index)
         made = _MADE.setdefault(dist.group.WORLD, {})
+        mine = members(colors, self.rank)
+        new = mine not in made
         for color in sorted(set(colors)):
             ranks = tuple(r for r, c in enumerate(colors) if c == color)
             if ranks not in made:
                 made[ranks] = dist.new_group(list(ranks))
-        child = TorchCommunicator(made[members(colors, self.rank)])
+        child = TorchCommunicator(made[mine])
         child.grouped = self.grouped
+        if new and child.grouped:  # torch: a group's first batched send and receive must
+            child.barrier()  # involve all its ranks, so a collective of all of them comes first
         return child
 
     def nodes(self) -> tuple[int, ...]:
