@@ -16,12 +16,16 @@ c.Cluster.engine_launcher_class = "mpi"
 
 # The course environment's own mpiexec (MPICH), beside the Python that reads this file (the
 # notebook's kernel, or .venv/bin/ipcluster), which inside a Slurm allocation starts its
-# processes on the allocation's nodes.  With the cluster's MPI instead, name it here or in
+# processes on the allocation's nodes (the one on PATH where there is none beside it).  With
+# the cluster's MPI instead, name it here or in
 # ALLREDUCE_MPIEXEC, e.g. ["srun", "--mpi=pmi2"] or ["/opt/openmpi/bin/mpiexec"].
 import os  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 
-c.MPILauncher.mpi_cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec")]
+_beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+c.MPILauncher.mpi_cmd = [_beside if os.path.exists(_beside)
+                         else shutil.which("mpiexec") or "mpiexec"]
 
 # One compute thread per rank (see allreduce.launch.ONE_THREAD_PER_RANK).
 c.MPIEngineSetLauncher.environment = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
