@@ -120,7 +120,9 @@ class TorchCommunicator(Communicator):
         return torch.device("cuda", torch.cuda.current_device()) if self.uses_cuda else torch.device("cpu")
 
     def allgather_ints(self, values: np.ndarray) -> np.ndarray:
-        self._start_kept()
+        # every call's check starts here, before its algorithm posts anything: what is still
+        # kept was posted by a call that raised before its wait, and no peer will match it
+        self._kept = None
         mine = torch.tensor(values, dtype=torch.int64, device=self._device())
         gathered = [torch.empty_like(mine) for _ in range(self.size)]
         dist.all_gather(gathered, mine, group=self.group)
