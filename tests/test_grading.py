@@ -1537,3 +1537,29 @@ def test_grading_a_submission_again_gives_the_same_messages(key):
     again = _graded_reduce_scatter(key, wrong)
     assert first.score == again.score == 0 and "value" in first.message, first
     assert first.message == again.message, (first.message, again.message)
+
+
+def test_each_sandbox_is_a_cpu_group_of_its_own_where_the_controller_is():
+    """A submission that forks a hundred busy processes gets one group's share of the CPU:
+    under `--jobs 2` such a hog stretched an honest neighbour's case from 1 s to 10 s (its
+    timeout) and, with a group of its own for each sandbox, to 0.8 s."""
+    from allreduce.grading import cgroup
+
+    where = cgroup._parents()
+    if isinstance(where, str):
+        pytest.skip(f"no cgroups for the sandboxes here: {where}")
+    v2 = "" in where
+    if v2:
+        delegated = (where[""] / "cgroup.subtree_control").read_text().split()
+        if "cpu" not in delegated:
+            pytest.skip("the grader's cgroup v2 does not delegate the cpu controller")
+    elif "cpu" not in where:
+        pytest.skip("no writable cgroup v1 cpu hierarchy here")
+    group = cgroup.Group.make(16 << 20, 4)
+    try:
+        kinds = {folder.parent for folder in group.folders}
+        assert v2 or cgroup._parents()["cpu"] in kinds, group.folders
+        cpu = next(f for f in group.folders if v2 or f.parent == where["cpu"])
+        assert (cpu / ("cpu.weight" if v2 else "cpu.shares")).exists()
+    finally:
+        group.remove()

@@ -7,7 +7,11 @@ at a hierarchy's root, so that whatever limits the grader itself has still hold:
 v1, a folder in the memory hierarchy (``memory.limit_in_bytes``, and
 ``memory.memsw.limit_in_bytes`` where swap is accounted) and one in the pids hierarchy
 (``pids.max``); on cgroup v2, one folder (``memory.max``, ``memory.swap.max``, ``pids.max``)
-where the grader's group already delegates those controllers to its children.  The sandbox
+where the grader's group already delegates those controllers to its children.  Where the
+cpu controller is there too (v1: a cpu folder; v2: delegated), each sandbox is also a group
+of its own for the scheduler, with the default weight: a submission that forks a hundred
+busy processes gets one group's share of the CPU, not a hundred, so an honest submission
+graded beside it (``--jobs``) is not pushed past its timeout.  The sandbox
 is started in its groups (:func:`enter`: a shell writes its own pid into them, then runs
 ``bwrap``), so its first process and every one after it are counted.
 
@@ -44,6 +48,9 @@ def _parents() -> dict[str, Path] | str:
     if len(v1) == 2 and all((p / "cgroup.procs").exists() for p in v1.values()):
         if not all(os.access(p, os.W_OK) for p in v1.values()):
             return "the cgroup v1 memory and pids folders are not writable (not root?)"
+        cpu = ROOT / "cpu" / own.get("cpu", "/").lstrip("/")
+        if "cpu" in own and (cpu / "cgroup.procs").exists() and os.access(cpu, os.W_OK):
+            v1["cpu"] = cpu  # where there is one: a group of its own shares the CPU fairly
         return v1
     if "" in own:
         parent = ROOT / own[""].lstrip("/")
