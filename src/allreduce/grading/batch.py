@@ -151,7 +151,7 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
                          notebook=None if isinstance(students[path], Result) else students[path])
               for path, name in zip(submissions, student_names(submissions))]
     lock = threading.Lock()
-    warned: list[Path] = []
+    warned = threading.Event()  # the key changed: said once
 
     def result_of(path: Path, spec: Spec) -> Result:
         student = students[path]
@@ -174,9 +174,10 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
             progress(f"[{number}/{len(submissions)}] {clean(path.name)}: {spec.exercise} "
                      f"{result.score * spec.points:g}/{spec.points:g} ({result.seconds:.1f} s)"
                      f"{shown}", flush=True)
-            if (not lab.exists() or hashlib.sha256(lab.read_bytes()).hexdigest() != digest) \
-                    and not warned:  # an edit of the instructor's, or (it cannot happen from
-                warned.append(path)  # a sandbox) a submission's: said, never overwritten
+            if not warned.is_set() and (
+                    not lab.exists() or hashlib.sha256(lab.read_bytes()).hexdigest() != digest):
+                warned.set()  # an edit of the instructor's, or (it cannot happen from a
+                # sandbox) a submission's: said, never overwritten
                 progress(f"warning: the key {lab} changed while grading {clean(path.name)}; "
                          "this grading goes on with the copy read at its start, and the file "
                          "is left as it is now", flush=True)
