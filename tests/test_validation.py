@@ -141,6 +141,11 @@ CASES = [
      lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server",
                                       servers=True),
      ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got True"),
+    ("a torch tensor on one rank, numpy arrays on the others",
+     lambda comm: allreduce.allreduce(_torch_ones(8) if comm.rank == 1 else np.ones(8), comm,
+                                      algorithm="ring"),
+     ValueError, r"disagree on the array type: numpy array on ranks 0, 2, 3, torch tensor on "
+                 r"rank 1"),
     ("several ranks with different problems",
      lambda comm: allreduce.allreduce(
          np.ones(4, np.int64) if comm.rank == 1 else np.ones(4), comm,
@@ -148,6 +153,12 @@ CASES = [
      TypeError, r"invalid call on ranks 1, 2 \(rank 1: TypeError: op 'mean' needs .*; "
                 r"rank 2: ValueError: unknown algorithm 'nope'"),
 ]
+
+
+def _torch_ones(n):
+    import torch
+
+    return torch.ones(n, dtype=torch.float64)
 
 
 def _read_only(n):

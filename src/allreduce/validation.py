@@ -46,6 +46,7 @@ class CallDescription:
 
     shape: tuple[int, ...] | None = None
     dtype: str | None = None
+    kind: str | None = None  # one of KINDS: the transports move the two apart
     op: str | None = None
     algorithm: str | None = None
     servers: int | None = None
@@ -72,8 +73,9 @@ class CallDescription:
         if memo is not None and memo[0] is self.resolved and memo[1] is algorithms and \
                 memo[2] is self.problem:
             return memo[3]
-        signed = _signature(_problem_code(self.problem), self.shape, self.dtype, self.op,
-                            self.algorithm, self._options(algorithms), self.resolved, algorithms)
+        signed = _signature(_problem_code(self.problem), self.shape, self.dtype, self.kind,
+                            self.op, self.algorithm, self._options(algorithms), self.resolved,
+                            algorithms)
         self.__dict__["_memo"] = (self.resolved, algorithms, self.problem, signed)
         return signed
 
@@ -92,6 +94,7 @@ class CallDescription:
             "element count": None if self.shape is None else int(np.prod(self.shape, dtype=np.int64)),
             "shape": self.shape,
             "dtype": self.dtype,
+            "array type": self.kind,
             "op": self.op,
             "algorithm": self.algorithm,
             "servers": self.servers,
@@ -110,15 +113,20 @@ SIGNATURE_LENGTH = 8
 SPOILED = -1
 
 
+#: What ``x`` may be: the same on every rank (a thread rank cannot take a tensor's message
+#: into a numpy array, nor the reverse).
+KINDS = ("numpy array", "torch tensor")
+
+
 @functools.lru_cache(maxsize=256)
-def _signature(problem, shape, dtype, op, algorithm, options, resolved, algorithms):
+def _signature(problem, shape, dtype, kind, op, algorithm, options, resolved, algorithms):
     known = shape if shape is not None else ()
     signature = np.array(
         [
             problem,
             math.prod(known) if shape is not None else -1,
             hash(known),
-            _index(DTYPES, dtype),
+            _index(DTYPES, dtype) + len(DTYPES) * _index(KINDS, kind),  # dtype and kind
             _index(OP_NAMES, op),
             _index(algorithms, algorithm),
             options,
@@ -159,6 +167,7 @@ def describe(
                 f"x must be a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
             )
         call.shape, call.dtype = tuple(x.shape), arrays.dtype_name(x)
+        call.kind = KINDS[arrays.is_tensor(x)]
         bad = arrays.problem(x, written=out is x)
         if bad:
             raise TypeError(bad)
