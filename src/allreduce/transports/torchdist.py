@@ -27,8 +27,8 @@ class _Batch:
         self.ops: list[dist.P2POp] = []
         self.works: list | None = None
 
-    def wait(self) -> None:
-        works, self.works = self.works, []
+    def wait(self) -> None:  # (a batch dropped unstarted, see allgather_ints, has no works)
+        works, self.works = self.works or [], []
         for work in works:
             work.wait()
 
