@@ -407,12 +407,38 @@ def test_auto_switches_to_dense_as_the_density_grows():
               - sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL, dense_output=True))
     assert mask_bytes(n, 4) == n and mask_bytes(n, 256) == 4 * n
     mask = DEFAULT_MODEL.time(fastest(n, 4, DEFAULT_MODEL), 4, n)
-    gather = sparse_layout.union(n, 0.1, 4) * sparse_auto.LOCAL["gather"]
+    # every rank gathers alike, so on shared cores each takes RANKS_PER_CORE times as long
+    gather = (sparse_layout.union(n, 0.1, 4) * sparse_auto.LOCAL["gather"]
+              * max(1.0, sparse_auto.RANKS_PER_CORE))
     assert spared == pytest.approx(mask + gather, rel=1e-6)  # counts are whole pairs
     for name in SPARSE_ALGORITHMS:
         times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
                  for d in (0.0001, 0.001, 0.01, 0.1, 0.5)]
         assert times == sorted(times), name
+
+
+def test_local_work_counts_ranks_sharing_cores(monkeypatch):
+    """Where ranks share cores, a rank's local work takes at least the ranks' mean times
+    RANKS_PER_CORE: allgather, where every rank merges the same pairs at once, takes twice
+    its one rank's work at 2 ranks per core; sparse_direct on skewed supports, where the
+    rank holding most pairs merges mostly alone, takes its busiest rank's."""
+    from allreduce.sparse import auto as sparse_auto
+    from allreduce.sparse import layout as sparse_layout
+
+    n, rng = 1 << 20, np.random.default_rng(5)
+    skewed = [np.sort(rng.choice(n // 4, 40_000, replace=False))] + [
+        np.sort(rng.choice(n, 1_000, replace=False)) for _ in range(3)]
+    counts = [len(s) for s in skewed]
+    unions = sparse_layout.measured_unions(skewed)
+    held = sparse_layout.from_supports(skewed, n, "length")
+
+    def work(name, ranks_per_core):
+        monkeypatch.setattr(sparse_auto, "RANKS_PER_CORE", ranks_per_core)
+        return sparse_auto.local_work(name, n, counts, unions,
+                                      held if name == "sparse_direct" else None)
+
+    assert work("allgather", 2.0) == pytest.approx(2 * work("allgather", 1.0), rel=1e-12)
+    assert work("sparse_direct", 2.0) == work("sparse_direct", 1.0) > 0
 
 
 @pytest.mark.parametrize("p", [4, 17])

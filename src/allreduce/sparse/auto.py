@@ -19,10 +19,12 @@ encoding and decoding pairs, merging sorted runs (a stable sort, m·lg m, or a d
 over their range), densifying and the dense path's presence mask; plus two costs that
 neither the dense model nor the local work sees, a sparse call's own (its check, one more
 collective) and a sparse message's (:data:`OVERHEADS`).  The local work counted is the
-busiest rank's.  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole calls'
-times on the course's reference machine, where four ranks share two cores, so they also
-absorb whatever a call spends waiting for other ranks' work, as the dense model's α absorbs
-a step's Python.
+busiest rank's, or, where the ranks share cores (:data:`RANKS_PER_CORE`), all the ranks'
+work divided among the cores if that is longer: ``allgather`` has every rank merge the
+same pairs at once, where ``sparse_direct`` on skewed supports leaves one rank to merge
+alone.  :data:`LOCAL` and :data:`OVERHEADS` are fitted together to the whole calls' times on
+the course's reference machine, so they also absorb whatever else a call spends waiting for
+other ranks, as the dense model's α absorbs a step's Python.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: uniform supports at n = 16 M, 0.01-50%, the course's gradients at 0.01-50%, identical
 #: and disjoint supports at 0.01-1%), so that the committed record, three later runs
 #: (``chapters/data/sparse_bench_runs.json``, the last also ``sparse_bench_reference.json``),
-#: tests them.  A constant the fit found
-#: no use for is 0 (non-negative least squares).
-LOCAL = {"code": 7.62e-9, "code_dense": 13.1e-9, "code_call": 0.0, "merge": 1.26e-9,
-         "merge_dense": 4.19e-9, "merge_call": 82.2e-6, "densify": 4.21e-9, "gather": 11.3e-9,
+#: tests them.  A constant the fit found no use for is 0 (non-negative least squares).  They
+#: are a core's rates, the sharing of cores apart (:data:`RANKS_PER_CORE`): merging the
+#: gradients' 4 × 4,000 pairs at 0.1% alone in one process took 0.79 ns per m·lg m, against
+#: the fitted ``"merge"``.
+LOCAL = {"code": 3.81e-9, "code_dense": 7.01e-9, "code_call": 0.0, "merge": 0.651e-9,
+         "merge_dense": 2.49e-9, "merge_call": 42.1e-6, "densify": 2.1e-9, "gather": 5.67e-9,
          "check": 0.0}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
@@ -63,7 +67,13 @@ LOCAL = {"code": 7.62e-9, "code_dense": 13.1e-9, "code_call": 0.0, "merge": 1.26
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 256e-6, "message": 60.4e-6}
+OVERHEADS = {"call": 225e-6, "message": 70e-6}
+
+#: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
+#: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
+#: (:func:`_sharing_cores`).  Where each rank has a core of its own, set it to 1 on every
+#: rank before the first call (every rank must choose alike).
+RANKS_PER_CORE = 2.0
 
 
 def _merging(m, width, runs=2):
@@ -102,19 +112,19 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
         return _coding(pairs, width, pair_size, itemsize)
 
     if algorithm == "dense":
-        return checked + n * LOCAL["densify"] + (
-            0 if dense_output else unions[p] * LOCAL["gather"])
+        return checked + _sharing_cores(np.full(p, n * LOCAL["densify"] + (
+            0 if dense_output else unions[p] * LOCAL["gather"])))
     if algorithm == "allgather":  # encode its own block once, decode the others', merge all
-        return float(checked + code(counts, n).sum() + _merging(
-            sum(counts), n, sum(c > 0 for c in counts)))
+        return checked + _sharing_cores(np.full(p, code(counts, n).sum() + _merging(
+            sum(counts), n, sum(c > 0 for c in counts))))
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
         rounds = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
             rounds = [k, *rounds, unions[p]]
         rounds = np.array(rounds, float)
-        return float(checked + (2 * code(rounds, n) + _merging(2 * rounds, n,
-                                                               2 * (rounds > 0))).sum())
+        return checked + _sharing_cores(np.full(p, (2 * code(rounds, n) + _merging(
+            2 * rounds, n, 2 * (rounds > 0))).sum()))
     if algorithm not in CHUNKED:
         raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
     widths, pieces = held.widths, held.pieces
@@ -132,7 +142,14 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
         work += (code(held.ring, widths[sent]) + code(incoming, widths[received])
                  + _merging(incoming + own, widths[received],
                             (incoming > 0).astype(int) + (own > 0))).sum(axis=0)
-    return float(checked + work.max())
+    return checked + _sharing_cores(work)
+
+
+def _sharing_cores(work) -> float:
+    """Seconds until the busiest rank is done with ``work`` (seconds per rank) when the ranks
+    work at once on :data:`RANKS_PER_CORE` ranks to a core: its own work, or all the ranks'
+    divided among their cores, whichever is longer."""
+    return float(max(work.max(), work.mean() * RANKS_PER_CORE))
 
 
 def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
@@ -266,7 +283,8 @@ def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool 
     listing = ", ".join(f"{label(*option)} {t * 1e3:.3f} ms" for option, t in times.items())
     return (f"sparse auto on {len(counts)} ranks, n = {n}, {sum(counts)} pairs in all: "
             f"{label(*min(times, key=times.get))} (predicted: {listing})\n"
-            f"model: {describe_model(model)}\nfrom {model_source()}")
+            f"model: {describe_model(model)}, local work at {RANKS_PER_CORE:g} ranks per core\n"
+            f"from {model_source()}")
 
 
 def label(algorithm: str, boundaries: str = "length") -> str:
