@@ -102,8 +102,9 @@ def _coding(pairs, width, pair_size: int, itemsize: int):
 def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
                held: Layout | None = None, *, dense_output: bool = False,
                itemsize: int = 4) -> float:
-    """Seconds of local work on the busiest rank: ``unions[s]`` is the size of the union of
-    ``s`` supports; ``held`` what a chunked algorithm's messages hold (required for one)."""
+    """Seconds of local work until the busiest rank is done, on shared cores
+    (:func:`_sharing_cores`): ``unions[s]`` is the size of the union of ``s`` supports;
+    ``held`` what a chunked algorithm's messages hold (required for one)."""
     p, k = len(counts), max(counts)
     checked = k * LOCAL["check"]  # every call's pass over its indices
     pair_size = index_dtype(int(n)).itemsize + itemsize
