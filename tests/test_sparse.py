@@ -460,8 +460,31 @@ def test_auto_remembers_a_choice_per_exact_loads_and_chooses_as_it_predicts(p):
     remembered = p <= sparse_auto.FEW_RANKS
     assert sparse_auto._choice.cache_info().hits == (1 if remembered else 0)
     times = sparse_auto._predictions(n, sparse_auto._rounded_loads(counts, loads), 4,
-                                     DEFAULT_MODEL, SPARSE_ALGORITHMS, False, None)
+                                     DEFAULT_MODEL, SPARSE_ALGORITHMS, False, None,
+                                     sparse_auto._constants())
     assert first == min(times, key=times.get)
+
+
+def test_a_changed_ranks_per_core_takes_effect_at_the_next_choice(monkeypatch):
+    """The remembered choices are keyed on the constants: with one rank holding most pairs,
+    auto picks one algorithm at 1 rank per core and another at 8, and each choice is what
+    the predictions under the constants of that moment rank first."""
+    from allreduce.algorithms.auto import DEFAULT_MODEL
+    from allreduce.sparse import auto as sparse_auto
+
+    n = 1 << 20
+    loads = [[4000 * (r == 0 and c == 0) + 300 for c in range(4)] for r in range(4)]
+    counts = [sum(row) for row in loads]
+    chosen = {}
+    for ranks_per_core in (1.0, 8.0, 1.0):
+        monkeypatch.setattr(sparse_auto, "RANKS_PER_CORE", ranks_per_core)
+        chosen[ranks_per_core] = sparse_auto.choose(n, counts, 4, DEFAULT_MODEL,
+                                                    SPARSE_ALGORITHMS, loads=loads)
+        times = sparse_auto._predictions(n, sparse_auto._rounded_loads(counts, loads), 4,
+                                         DEFAULT_MODEL, SPARSE_ALGORITHMS, False, None,
+                                         sparse_auto._constants())
+        assert chosen[ranks_per_core] == min(times, key=times.get)
+    assert chosen[1.0] != chosen[8.0]
 
 
 def test_sparse_auto_explains_its_choice_and_names_the_model():

@@ -71,8 +71,8 @@ OVERHEADS = {"call": 225e-6, "message": 70e-6}
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
 #: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
-#: (:func:`_sharing_cores`).  Where each rank has a core of its own, set it to 1 on every
-#: rank before the first call (every rank must choose alike).
+#: (:func:`_sharing_cores`).  Where each rank has a core of its own, set it to 1, on every
+#: rank (every rank must choose alike).
 RANKS_PER_CORE = 2.0
 
 
@@ -224,16 +224,24 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
     pairs in the same chunks reuse it: a new choice is Python work that grows with p²
     (measured on the reference machine: under 1 ms on 4 ranks, about 50 ms on 64).  It is
     remembered per exact loads too, so that a call repeating another's loads skips even
-    rounding them (p² logarithms in Python: 6.5 µs a call on 4 ranks)."""
+    rounding them (p² logarithms in Python: 6.5 µs a call on 4 ranks).  The key holds the
+    constants (:func:`_constants`), so a changed :data:`RANKS_PER_CORE` or refitted
+    :data:`LOCAL` takes effect at the next call."""
     exact = None if loads is None else tuple(map(tuple, loads))
     args = (n, tuple(counts), exact, itemsize, model, tuple(candidates), dense_output,
-            boundaries)
+            boundaries, _constants())
     return (_choice if len(counts) <= FEW_RANKS else _choice_of)(*args)
 
 
-def _choice_of(n, counts, loads, itemsize, model, candidates, dense_output, boundaries):
+def _constants() -> tuple:
+    """The module's constants as they are now, for the remembered choices' keys."""
+    return RANKS_PER_CORE, tuple(LOCAL.items()), tuple(OVERHEADS.items())
+
+
+def _choice_of(n, counts, loads, itemsize, model, candidates, dense_output, boundaries,
+               constants):
     times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, candidates,
-                         dense_output, boundaries)
+                         dense_output, boundaries, constants)
     return min(times, key=times.get)
 
 
@@ -244,8 +252,10 @@ def _rounded_loads(counts: list[int], loads) -> tuple[tuple[float, ...], ...]:
                        for x in row) for row in loads)
 
 
-def _predicted(n, loads, itemsize, model, candidates, dense_output, boundaries) -> dict:
-    """Every option's predicted seconds (see :func:`choose`); all 0 on one rank."""
+def _predicted(n, loads, itemsize, model, candidates, dense_output, boundaries,
+               constants) -> dict:
+    """Every option's predicted seconds (see :func:`choose`; ``constants`` only keys the
+    remembered ones); all 0 on one rank."""
     if len(loads) == 1:
         return {option: 0.0 for option in options(candidates, boundaries)}
     counts = [sum(row) for row in loads]
@@ -280,7 +290,7 @@ def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool 
         from . import SPARSE_ALGORITHMS as candidates
     model = dense_model()
     times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
-                         dense_output, None)
+                         dense_output, None, _constants())
     listing = ", ".join(f"{label(*option)} {t * 1e3:.3f} ms" for option, t in times.items())
     return (f"sparse auto on {len(counts)} ranks, n = {n}, {sum(counts)} pairs in all: "
             f"{label(*min(times, key=times.get))} (predicted: {listing})\n"
