@@ -8,26 +8,13 @@ commutative, and the result spells out the order in which the ranks were combine
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from allreduce.algorithms import REGISTRY
-from allreduce.ops import Op
-from allreduce.transports.threads import run_threads
-
-CONCATENATE = Op("concatenate", "add")
+from allreduce.testing import combination_order as combined
 
 #: what chapter 10 says of each algorithm the chapters 20-50 teach
 RANK_ORDER = ("naive", "reduce_broadcast", "tree", "recursive_doubling")
 NEEDS_COMMUTATIVITY = ("parameter_server", "sharded_parameter_server", "ring", "rabenseifner")
-
-
-def combined(name: str, p: int, n: int = 12) -> list[np.ndarray]:
-    def body(comm):
-        x = np.array([chr(ord("A") + comm.rank)] * n, dtype=object)
-        REGISTRY[name](x, comm, CONCATENATE)
-        return x
-    return run_threads(p, body)
 
 
 @pytest.mark.parametrize("name", RANK_ORDER)

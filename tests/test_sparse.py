@@ -419,12 +419,16 @@ def test_auto_switches_to_dense_as_the_density_grows():
 
 def test_local_work_counts_ranks_sharing_cores(monkeypatch):
     """Where ranks share cores, a rank's local work takes at least the ranks' mean times
-    RANKS_PER_CORE: allgather, where every rank merges the same pairs at once, takes twice
-    its one rank's work at 2 ranks per core; sparse_direct on skewed supports, where the
-    rank holding most pairs merges mostly alone, takes its busiest rank's."""
+    RANKS_PER_CORE (at most the ranks there are): allgather, where every rank merges the same
+    pairs at once (the check's pass at 0, as fitted), takes twice its one rank's work at 2
+    ranks per core and four times at 4 or more; sparse_direct on skewed supports, where the
+    rank holding most pairs merges mostly alone, takes its busiest rank's; and recursive
+    doubling on 3 ranks, where the folded rank only sends its pairs and decodes the sum,
+    less than three times its busiest rank's on one core."""
     from allreduce.sparse import auto as sparse_auto
     from allreduce.sparse import layout as sparse_layout
 
+    monkeypatch.setitem(sparse_auto.LOCAL, "check", 0.0)
     n, rng = 1 << 20, np.random.default_rng(5)
     skewed = [np.sort(rng.choice(n // 4, 40_000, replace=False))] + [
         np.sort(rng.choice(n, 1_000, replace=False)) for _ in range(3)]
@@ -438,7 +442,16 @@ def test_local_work_counts_ranks_sharing_cores(monkeypatch):
                                       held if name == "sparse_direct" else None)
 
     assert work("allgather", 2.0) == pytest.approx(2 * work("allgather", 1.0), rel=1e-12)
+    assert work("allgather", 64.0) == pytest.approx(4 * work("allgather", 1.0), rel=1e-12)
     assert work("sparse_direct", 2.0) == work("sparse_direct", 1.0) > 0
+    three = skewed[1:]
+    monkeypatch.setattr(sparse_auto, "RANKS_PER_CORE", 1.0)
+    alone = sparse_auto.local_work("sparse_recursive_doubling", n, [len(s) for s in three],
+                                   sparse_layout.measured_unions(three))
+    monkeypatch.setattr(sparse_auto, "RANKS_PER_CORE", 3.0)
+    shared = sparse_auto.local_work("sparse_recursive_doubling", n, [len(s) for s in three],
+                                    sparse_layout.measured_unions(three))
+    assert alone < shared < 3 * alone
 
 
 @pytest.mark.parametrize("p", [4, 17])
@@ -467,7 +480,7 @@ def test_auto_remembers_a_choice_per_exact_loads_and_chooses_as_it_predicts(p):
 
 def test_a_changed_ranks_per_core_takes_effect_at_the_next_choice(monkeypatch):
     """The remembered choices are keyed on the constants: with one rank holding most pairs,
-    auto picks one algorithm at 1 rank per core and another at 8, and each choice is what
+    auto picks one algorithm at 1 rank per core and another at 2, and each choice is what
     the predictions under the constants of that moment rank first."""
     from allreduce.algorithms.auto import DEFAULT_MODEL
     from allreduce.sparse import auto as sparse_auto
@@ -476,7 +489,7 @@ def test_a_changed_ranks_per_core_takes_effect_at_the_next_choice(monkeypatch):
     loads = [[4000 * (r == 0 and c == 0) + 300 for c in range(4)] for r in range(4)]
     counts = [sum(row) for row in loads]
     chosen = {}
-    for ranks_per_core in (1.0, 8.0, 1.0):
+    for ranks_per_core in (1.0, 2.0, 1.0):
         monkeypatch.setattr(sparse_auto, "RANKS_PER_CORE", ranks_per_core)
         chosen[ranks_per_core] = sparse_auto.choose(n, counts, 4, DEFAULT_MODEL,
                                                     SPARSE_ALGORITHMS, loads=loads)
@@ -484,7 +497,32 @@ def test_a_changed_ranks_per_core_takes_effect_at_the_next_choice(monkeypatch):
                                          DEFAULT_MODEL, SPARSE_ALGORITHMS, False, None,
                                          sparse_auto._constants())
         assert chosen[ranks_per_core] == min(times, key=times.get)
-    assert chosen[1.0] != chosen[8.0]
+    assert chosen[1.0] != chosen[2.0]
+
+
+def test_ranks_whose_sparse_constants_differ_raise_together(monkeypatch):
+    """The check compares a digest of allreduce.sparse.auto's constants with the dense
+    model: a rank with another RANKS_PER_CORE would choose another algorithm, so every rank
+    raises the same error instead."""
+    from allreduce.algorithms.auto import DEFAULT_MODEL
+    from allreduce.sparse import _model_bits, check
+    from allreduce.sparse import auto as sparse_auto
+
+    bits = _model_bits(DEFAULT_MODEL)
+    monkeypatch.setattr(sparse_auto, "RANKS_PER_CORE", 1.0)
+    other = _model_bits(DEFAULT_MODEL)
+    assert other[:4] == bits[:4] and other != bits
+
+    def call(c):
+        described = check.describe(np.array([c.rank]), np.ones(1), 8, "sum", "auto", ("auto",))
+        try:
+            check.agree(c, described, ("auto",), bits if c.rank == 0 else other)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    for message in run_threads(3, call):
+        assert message is not None and "cost models differ" in message
 
 
 def test_sparse_auto_explains_its_choice_and_names_the_model():

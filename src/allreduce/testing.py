@@ -4,7 +4,8 @@
 of combination (small integers, and powers of two for products), so an algorithm's result
 must equal the reference bit for bit, floats included.  :func:`gradient_input` makes
 realistic floating-point data, for which two correct algorithms may differ by rounding;
-:func:`sum_tolerance` bounds that difference.
+:func:`sum_tolerance` bounds that difference.  :func:`combination_order` shows in which order
+an algorithm combines the ranks' data.
 """
 
 from __future__ import annotations
@@ -66,3 +67,22 @@ def first_difference(expected: np.ndarray, actual: np.ndarray) -> str:
     i = wrong[0]
     return (f"{wrong.size} of {expected.size} elements differ; first at index {i}: "
             f"expected {expected[i]!r}, got {actual[i]!r}")
+
+
+def combination_order(name: str, p: int, n: int = 12) -> list[np.ndarray]:
+    """Each rank's result of the algorithm ``name`` on ``p`` threads when rank ``r`` holds the
+    letter ``"A" + r`` in each of ``n`` elements and the operation is concatenation
+    (associative, not commutative): each element spells out the order in which the ranks'
+    data were combined, a rank putting its own first (chapter "Why gradients must be
+    aggregated")."""
+    from .algorithms import REGISTRY
+    from .ops import Op
+    from .transports.threads import run_threads
+
+    concatenate = Op("concatenate", "add")
+
+    def body(comm):
+        x = np.array([chr(ord("A") + comm.rank)] * n, dtype=object)
+        REGISTRY[name](x, comm, concatenate)
+        return x
+    return run_threads(p, body)

@@ -181,8 +181,8 @@ def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
             fixed = predicted_with({}, row, counts, supports)  # wire and overhead alone
             # each column is the prediction's growth per second of one constant, the others
             # at 0: linear in most, but "message" adds to α on the critical path and the
-            # local work is a maximum (the busiest rank's, or the ranks' mean on shared
-            # cores), so the fit solves the model linearised there
+            # local work is a maximum (the busiest rank's, or the ranks' mean times
+            # RANKS_PER_CORE), so the fit solves the model linearised there
             matrix.append([(predicted_with({name: 1e-6}, row, counts, supports) - fixed) / 1e-6
                            / row.seconds for name in names])
             measured.append((row.seconds - fixed) / row.seconds)

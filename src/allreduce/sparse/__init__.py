@@ -50,8 +50,11 @@ __all__ = ["BOUNDARIES", "SPARSE_ALGORITHMS", "SPARSE_CHOICES", "TopkResult", "s
 
 
 def _model_bits(model) -> tuple[int, ...]:
-    return tuple(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
-                                           model.overhead]).view(np.int64))
+    """The dense model's four constants and a digest of the sparse ones
+    (:func:`allreduce.sparse.auto.constants_digest`), which the check compares across ranks."""
+    return (*(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
+                                        model.overhead]).view(np.int64)),
+            auto.constants_digest())
 
 
 def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "auto",

@@ -30,6 +30,7 @@ other ranks, as the dense model's α absorbs a step's Python.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 
 import numpy as np
@@ -106,26 +107,31 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
     (:func:`_sharing_cores`): ``unions[s]`` is the size of the union of ``s`` supports;
     ``held`` what a chunked algorithm's messages hold (required for one)."""
     p, k = len(counts), max(counts)
-    checked = k * LOCAL["check"]  # every call's pass over its indices
+    checked = np.asarray(counts, float) * LOCAL["check"]  # every call's pass over its indices
     pair_size = index_dtype(int(n)).itemsize + itemsize
 
     def code(pairs, width):
         return _coding(pairs, width, pair_size, itemsize)
 
     if algorithm == "dense":
-        return checked + _sharing_cores(np.full(p, n * LOCAL["densify"] + (
-            0 if dense_output else unions[p] * LOCAL["gather"])))
+        return _sharing_cores(checked + n * LOCAL["densify"] + (
+            0 if dense_output else unions[p] * LOCAL["gather"]))
     if algorithm == "allgather":  # encode its own block once, decode the others', merge all
-        return checked + _sharing_cores(np.full(p, code(counts, n).sum() + _merging(
-            sum(counts), n, sum(c > 0 for c in counts))))
+        return _sharing_cores(checked + code(counts, n).sum() + _merging(
+            sum(counts), n, sum(c > 0 for c in counts)))
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
         rounds = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
             rounds = [k, *rounds, unions[p]]
-        rounds = np.array(rounds, float)
-        return checked + _sharing_cores(np.full(p, (2 * code(rounds, n) + _merging(
-            2 * rounds, n, 2 * (rounds > 0))).sum()))
+        each = 2 * code(np.array(rounds, float), n) + _merging(
+            2 * np.array(rounds, float), n, 2 * (np.array(rounds) > 0))  # per round
+        work = np.full(p, each.sum())  # q != p: the ranks that fold in and out, the busiest
+        extra = p - q
+        if extra:  # the others skip the fold's two rounds; the folded send k, decode the sum
+            work[2 * extra:] -= each[0] + each[-1]
+            work[:2 * extra:2] = code(k, n) + code(unions[p], n)
+        return _sharing_cores(checked + work)
     if algorithm not in CHUNKED:
         raise ValueError(f"no prediction for sparse algorithm {algorithm!r}")
     widths, pieces = held.widths, held.pieces
@@ -143,14 +149,14 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
         work += (code(held.ring, widths[sent]) + code(incoming, widths[received])
                  + _merging(incoming + own, widths[received],
                             (incoming > 0).astype(int) + (own > 0))).sum(axis=0)
-    return checked + _sharing_cores(work)
+    return _sharing_cores(checked + work)
 
 
-def _sharing_cores(work) -> float:
+def _sharing_cores(work: np.ndarray) -> float:
     """Seconds until the busiest rank is done with ``work`` (seconds per rank) when the ranks
-    work at once on :data:`RANKS_PER_CORE` ranks to a core: its own work, or all the ranks'
-    divided among their cores, whichever is longer."""
-    return float(max(work.max(), work.mean() * RANKS_PER_CORE))
+    work at once, :data:`RANKS_PER_CORE` of them to a core (at most all of them): its own
+    work, or all the ranks' divided among their cores, whichever is longer."""
+    return float(max(work.max(), work.mean() * min(RANKS_PER_CORE, len(work))))
 
 
 def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Model, *,
@@ -236,6 +242,13 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
 def _constants() -> tuple:
     """The module's constants as they are now, for the remembered choices' keys."""
     return RANKS_PER_CORE, tuple(LOCAL.items()), tuple(OVERHEADS.items())
+
+
+def constants_digest() -> int:
+    """The module's constants as one int64, which the call's check compares across ranks
+    (every rank must choose alike)."""
+    digest = hashlib.blake2b(repr(_constants()).encode(), digest_size=8).digest()
+    return int(np.frombuffer(digest, np.int64)[0])
 
 
 def _choice_of(n, counts, loads, itemsize, model, candidates, dense_output, boundaries,

@@ -130,8 +130,9 @@ def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
                         "Every rank must pass the same n, dtype, op, algorithm, boundaries, "
                         "k and dense_output.",
                         ValueError(f"{caller}: the ranks' cost models differ (a saved "
-                                   "model on some ranks only?), so auto could choose "
-                                   "differently on each"))
+                                   "model, or allreduce.sparse.auto's RANKS_PER_CORE or "
+                                   "LOCAL, changed on some ranks only?), so auto could "
+                                   "choose differently on each"))
     return []  # not reached: raise_on_every_rank always raises
 
 
