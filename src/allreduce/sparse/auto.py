@@ -124,8 +124,8 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
         rounds = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
             rounds = [k, *rounds, unions[p]]
-        each = 2 * code(np.array(rounds, float), n) + _merging(
-            2 * np.array(rounds, float), n, 2 * (np.array(rounds) > 0))  # per round
+        rounds = np.array(rounds, float)
+        each = 2 * code(rounds, n) + _merging(2 * rounds, n, 2 * (rounds > 0))  # per round
         work = np.full(p, each.sum())  # q != p: the ranks that fold in and out, the busiest
         extra = p - q
         if extra:  # the others skip the fold's two rounds; the folded send k, decode the sum
