@@ -102,3 +102,14 @@ def test_under_mpiexec_against_ddp(venv_bin):
         assert np.abs(np.array(data["weights"]) - reference).max() < TOLERANCE, name
         assert len(data["losses"]) == STEPS
     assert len(runs["ring, fused"]["communicate"]) == STEPS
+
+
+def test_a_steps_parts_come_from_its_slowest_rank():
+    """The capstone's bars add up to one rank's step: the longest compute waits least, so the
+    largest of each part, taken apart, would add up to no rank's step."""
+    from allreduce.training import slowest_rank_parts
+
+    everyone = np.array([[[5.0, 1.0], [0.0, 2.0], [1.0, 1.0]],   # rank 0: steps 6 and 4
+                         [[2.0, 3.0], [3.0, 0.0], [1.5, 1.0]]])  # rank 1: steps 6.5 and 4
+    parts = slowest_rank_parts(everyone)
+    assert parts == {"compute": [2.0, 1.0], "wait": [3.0, 2.0], "communicate": [1.5, 1.0]}

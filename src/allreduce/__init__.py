@@ -13,6 +13,7 @@ Run it with ``.venv/bin/mpiexec -n 4 .venv/bin/python -m mpi4py script.py``.
 """
 
 from .algorithms._schedule import chunk_bounds
+from . import auto  # allreduce.auto.explain, load_model: which model auto chooses with
 from .api import ALGORITHMS, allgather, allreduce, reduce_scatter
 from .comm import Communicator
 from .ops import DTYPES, OP_NAMES, OPS

@@ -348,17 +348,26 @@ def compare(algorithms: list[str], *, steps: int = 40, batch_size: int = 64) -> 
         runs["DDP (gloo)"] = train_ddp(dist.group.WORLD, **options)
     finally:
         dist.destroy_process_group()
-    def slowest(seconds: list[float]) -> list[float]:  # each step's slowest rank
-        mine = np.asarray(seconds, dtype=np.float64)
-        result = np.empty_like(mine)
-        world.Allreduce(mine, result, op=MPI.MAX)
-        return result.tolist()
+    def slowest(run: Run) -> dict[str, list[float]]:
+        mine = np.array([run.compute, run.wait, run.communicate], dtype=np.float64)
+        everyone = np.empty((world.size, *mine.shape))
+        world.Allgather(mine, everyone)
+        return slowest_rank_parts(everyone)
 
     return {"ranks": world.size, "steps": steps, "batch_size": batch_size,
             "runs": {name: {"weights": run.weights.tolist(), "losses": run.losses,
-                            "compute": slowest(run.compute), "wait": slowest(run.wait),
-                            "communicate": slowest(run.communicate)}
+                            **slowest(run)}
                      for name, run in runs.items()}}
+
+
+def slowest_rank_parts(everyone: np.ndarray) -> dict[str, list[float]]:
+    """Each step's compute, wait and communication on the rank whose step took longest,
+    from every rank's ``[compute, wait, communicate]`` seconds (shape ``(ranks, 3, steps)``):
+    one rank's parts, so that they add up to its step (the largest wait belongs to the
+    fastest rank, so the largest of each part would add up to no rank's step)."""
+    worst = everyone.sum(axis=1).argmax(axis=0)  # per step
+    parts = everyone[worst, :, np.arange(everyone.shape[2])]  # (steps, 3)
+    return {name: parts[:, i].tolist() for i, name in enumerate(("compute", "wait", "communicate"))}
 
 
 def run_compare(ranks: int, algorithms: list[str], *, steps: int = 40, timeout: float = 300) -> dict:

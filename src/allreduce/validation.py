@@ -260,16 +260,21 @@ def agree(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...]
     _raise_for(comm, call)
 
 
-#: Largest buffer :func:`agree_in_band` carries with its header; beyond it the data is
-#: copied into and out of the packet for too little gain, and the header travels alone.
-#: ``allreduce.bench.micro --in-band`` measures both ways.  On the idle 2-core reference
-#: machine (2026-11-25, 4 ranks, three runs) carrying won at every size from 1 KiB to
-#: 256 KiB (0.43-0.90x MPI against 0.24-0.65x with a header round first) and the two were
-#: even at 1 MiB (0.69-0.75x against 0.73-0.77x), so the limit stays at 1 MiB.  (Under
-#: :data:`~allreduce.algorithms.auto.DEFAULT_MODEL` ``auto`` runs recursive doubling on 4 ranks
-#: only below about 160 KiB, its crossover with Rabenseifner; the limit matters to calls
-#: that name recursive doubling.)
-IN_BAND_LIMIT = 1 << 20
+#: Largest buffer :func:`agree_in_band` carries with its header; beyond it copying the
+#: data into and out of the packet costs more than the header's own rounds, and the header
+#: travels alone.  ``allreduce.bench.micro --in-band`` measures both ways.  On the idle
+#: 2-core reference machine (2026-11-26, three runs of 7 rounds each, the header-first
+#: call's time over the carrying call's):
+#:
+#: * 4 ranks (two to a core): 1.31-1.47 at 8 KiB, 1.07-1.13 at 64 KiB, 0.79-1.04 at
+#:   128 KiB, 0.90-1.02 at 256 KiB;
+#: * 2 ranks (a core each): 1.18-1.24 at 8 KiB, 0.96-1.02 at 16 KiB, 0.80-0.85 at 64 KiB,
+#:   0.53-0.56 at 256 KiB.
+#:
+#: So 64 KiB: carrying still wins there on the 4 ranks the benchmark targets, and above it
+#: loses or ties on both.  (Until 2026-11-26 the limit was 1 MiB, from a noisier
+#: measurement; the committed benchmark rows say which limit they ran with.)
+IN_BAND_LIMIT = 64 << 10
 
 
 def agree_in_band(comm: Communicator, call: CallDescription, algorithms: tuple[str, ...],
@@ -357,12 +362,13 @@ def _packets(head_bytes: int, dtype, count: int):
     return found
 
 
-def in_band_terms(algorithm: str, p: int, nbytes: int) -> Terms:
+def in_band_terms(algorithm: str, p: int, nbytes: int, limit: int | None = None) -> Terms:
     """What :func:`agree_in_band` adds to the cost terms of a call that runs ``algorithm``
     (``auto`` already resolved) on ``nbytes`` bytes per rank: the model's counts for the
     whole call are ``cost.terms(...)`` plus these.  Checked against traces of whole calls.
 
-    Recursive doubling of at most :data:`IN_BAND_LIMIT` bytes carries the header in its own
+    Recursive doubling of at most ``limit`` bytes (default :data:`IN_BAND_LIMIT`; a
+    benchmark row timed under another limit passes its own) carries the header in its own
     messages, which adds only the header's bytes; any other call first sends the header
     alone by recursive doubling: ⌊lg p⌋ steps, and two more to fold a non-power of two.
     Bytes are on the critical path: a folding rank receives the header, runs the rounds,
@@ -374,7 +380,7 @@ def in_band_terms(algorithm: str, p: int, nbytes: int) -> Terms:
     rounds = participants.bit_length() - 1
     header_bytes = 2 * SIGNATURE_LENGTH * np.dtype(np.int64).itemsize  # [s, −s]
     carried = (rounds + 2 * folded) * header_bytes
-    if algorithm == "recursive_doubling" and nbytes <= IN_BAND_LIMIT:
+    if algorithm == "recursive_doubling" and nbytes <= (IN_BAND_LIMIT if limit is None else limit):
         return Terms(0, carried, 0)
     return Terms(rounds + 2 * folded, carried, 0)
 

@@ -279,3 +279,26 @@ def test_sends_started_in_groups_as_on_nccl(world, monkeypatch):
     one_rank = dist.get_world_size() == 1  # nothing to send: no group is started
     assert_on_all_ranks(not failures and (started or one_rank) and comm._kept is None,
                         "; ".join(failures[:3]) or f"{len(started)} groups started")
+
+
+def test_a_process_group_keeps_its_plans_from_call_to_call(world, monkeypatch):
+    """A torch.distributed group is wrapped once (``as_communicator`` keeps its wrapper), so
+    a second call like the first skips ``describe`` as over MPI; a call that differs is
+    described again."""
+    from allreduce import api
+
+    assert allreduce.as_communicator(world) is allreduce.as_communicator(world)
+    described = []
+    original = api.describe
+    monkeypatch.setattr(api, "describe", lambda *a, **k: described.append(1) or original(*a, **k))
+    p = dist.get_world_size()
+    shape, other = (13, 17), (17, 13)  # shapes no other test uses: no plan kept before
+    results = [allreduce.allreduce(torch.full(shape, float(i), dtype=torch.float64), world)
+               for i in range(3)]
+    results.append(allreduce.allreduce(torch.full(other, 1.0, dtype=torch.float64), world))
+    same = all(torch.equal(r, torch.full(shape, float(p * i), dtype=torch.float64))
+               for i, r in enumerate(results[:3]))
+    assert_on_all_ranks(same and torch.equal(results[3], torch.full(other, float(p),
+                                                                     dtype=torch.float64)),
+                        "results differ from the sums")
+    assert_on_all_ranks(len(described) == 2, f"describe ran {len(described)} times, not 2")

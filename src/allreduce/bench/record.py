@@ -12,14 +12,16 @@ def call_terms(row: Row, *, in_band: bool = True):
     (:func:`allreduce.cost.terms`; ``auto`` as the algorithm it chose), plus, where the
     call's check travels in band (over MPI), the check's
     (:func:`allreduce.validation.in_band_terms`): header-only rounds before every algorithm
-    but recursive doubling of at most 1 MiB."""
+    but recursive doubling of at most the row's ``in_band_limit``."""
     from .. import cost
     from ..algorithms.auto import choose
     from ..validation import in_band_terms
 
     name = choose(row.nbytes, row.ranks) if row.name == "auto" else row.name
     own = cost.terms(name, row.ranks, row.nbytes)
-    return own + in_band_terms(name, row.ranks, row.nbytes) if in_band else own
+    if not in_band:
+        return own
+    return own + in_band_terms(name, row.ranks, row.nbytes, limit=row.in_band_limit)
 
 
 def fit_model(rows: list[Row], peers: list[str], *, in_band: bool = True):

@@ -23,6 +23,9 @@ class Row:
     wrong: int
     peer_ratio: float | None = None  # our busbw / the best peer's busbw at this size
     predicted: float | None = None  # seconds, from the model fitted to this run (fit_model)
+    #: the bytes up to which recursive doubling carried the check when this row was timed
+    #: (:data:`allreduce.validation.IN_BAND_LIMIT` then); ``None``: today's
+    in_band_limit: int | None = None
 
     @property
     def algbw(self) -> float:
@@ -154,7 +157,7 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
     :meth:`_World.enable_torch_peer`)."""
     import allreduce
 
-    from .. import arrays
+    from .. import arrays, validation
     from ..testing import exact_input
 
     itemsize = np.dtype(dtype).itemsize
@@ -197,7 +200,7 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
         wrong = {name: int(world.reduce_scalar(float((outs[name] != expected).sum()), "sum"))
                  for name in names}
         return [Row(arrays.nbytes(x), len(x), dtype, op, name, seconds[name], world.size,
-                    wrong[name]) for name in names]
+                    wrong[name], in_band_limit=validation.IN_BAND_LIMIT) for name in names]
 
     peers = list(world.peers) if op != "mean" else []  # the peers have no mean
     passes = 2 if world.deferred_torch_peer and op != "mean" else 1

@@ -10,9 +10,10 @@ from typing import Any
 from ..comm import Communicator
 
 _TRANSPORTS: dict[type, type[Communicator]] = {}  # comm's type → the transport that wraps it
-#: id(mpi4py communicator) → (it, its wrapper): a call's checks key on the wrapper, and
-#: wrapping costs two MPI queries (rank and size).  Held strongly, so that no other object
-#: takes the id; a freed communicator (COMM_NULL, false) is wrapped anew, and refused.
+#: id(mpi4py communicator or torch.distributed group) → (it, its wrapper): a call's checks
+#: key on the wrapper (``allreduce``'s plans), and wrapping costs queries of rank and size.
+#: Held strongly, so that no other object takes the id; a freed mpi4py communicator
+#: (COMM_NULL, false) is wrapped anew, and refused.
 _WRAPPED: dict[int, tuple[Any, Communicator]] = {}
 
 
@@ -44,7 +45,7 @@ def as_communicator(comm: Any) -> Communicator:
             from .torchdist import TorchCommunicator
 
             _TRANSPORTS[type(comm)] = TorchCommunicator
-            return TorchCommunicator(comm)
+            return _keep(comm, TorchCommunicator(comm))
     raise TypeError(
         "comm must be an mpi4py intracommunicator (e.g. MPI.COMM_WORLD), a torch.distributed "
         f"ProcessGroup (e.g. dist.group.WORLD) or an allreduce.Communicator; got {type(comm).__name__}"
@@ -52,9 +53,8 @@ def as_communicator(comm: Any) -> Communicator:
 
 
 def _keep(comm: Any, wrapper: Communicator) -> Communicator:
-    """Remember the wrapper of an mpi4py communicator (see :data:`_WRAPPED`)."""
-    if type(comm).__module__.startswith("mpi4py"):
-        if len(_WRAPPED) >= 64:
-            _WRAPPED.clear()
-        _WRAPPED[id(comm)] = (comm, wrapper)
+    """Remember the wrapper of ``comm`` (see :data:`_WRAPPED`)."""
+    if len(_WRAPPED) >= 64:
+        _WRAPPED.clear()
+    _WRAPPED[id(comm)] = (comm, wrapper)
     return wrapper
