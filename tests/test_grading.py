@@ -792,6 +792,33 @@ def test_the_check_cells_watch_for_the_reference_in_the_kernel(capsys):
     assert "doubling_crossover: agrees" in capsys.readouterr().out
 
 
+def test_a_table_of_the_shown_cases_answers_fails_the_graded_cases():
+    """A kernel exercise's shown cases can be answered from a table made with the library
+    beforehand (a hostile reader's submission scored 100% on the fit, busbw and DDP's
+    buckets so): the grader adds cases drawn from its secret seed.  The honest function
+    passes them; the table fails them."""
+    import numpy as np
+
+    from allreduce.lab import LOCAL_CHECKS
+    from allreduce.lab.local import _plain
+
+    for check_name, check in LOCAL_CHECKS.items():
+        space: dict = {}
+        exec(_cheat(check_name), space)  # noqa: S102 - the library's answer: honest here
+        honest = space[KERNEL_CHEATS[check_name][0]]
+        given = check.given()
+        table = {json.dumps(case): _plain(check.call(honest, case, given))
+                 for case in check.cases()}
+        graded = check.graded_cases(np.random.default_rng(20261126))
+        assert len(graded) > len(check.cases()), check_name
+        right = [_plain(check.call(honest, case, given)) for case in graded]
+        check.verdict(graded, right)  # the drawn cases are well formed and honestly passed
+        looked_up = [table.get(json.dumps(case)) for case in graded]
+        check.verdict(check.cases(), looked_up[:len(check.cases())])  # the shown ones pass
+        with pytest.raises(AssertionError):
+            check.verdict(graded, looked_up)
+
+
 ZEROS_AROUND_THE_RING = """\
 p, rank, n = comm.size, comm.rank, len(buf)
 scratch = np.zeros(-(-n // p), dtype=buf.dtype)

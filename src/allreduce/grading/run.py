@@ -216,7 +216,7 @@ def _pattern(spec: Spec, n: int, outcome, deadline: float, timeout: float) -> st
 
 def _local(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
     check = LOCAL_CHECKS[spec.check]
-    cases = check.cases()
+    cases = check.graded_cases(np.random.default_rng(seed))
     outcome = judge.case([({"op": "case", "cases": cases, "given": check.given()}, [])],
                          timeout, spec.function)
     header, blobs = outcome.results[0]

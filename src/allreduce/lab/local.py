@@ -30,7 +30,9 @@ class LocalCheck:
     data), ``given()`` (plain data every call needs besides its case, made where the whole
     library is), ``call(function, case, given)`` (the student's result, made plain by
     :func:`_plain`) and ``verdict(cases, results)`` (raises ``AssertionError``, or returns
-    the line a passing check prints).  ``reference`` names what the verdict compares with
+    the line a passing check prints).  ``secret(rng)`` draws more cases from the grader's
+    secret seed (:meth:`graded_cases`): the lab shows its cases, so a table of their
+    answers would pass them alone.  ``reference`` names what the verdict compares with
     (modules, packages or functions, dotted): the function may not call it, here (watched
     by :class:`~allreduce.lab.guard.Guard`) or in a graded run (where it is not there)."""
 
@@ -39,6 +41,12 @@ class LocalCheck:
     verdict: Callable[[list, list], str]
     reference: tuple[str, ...] = ()
     given: Callable[[], Any] = lambda: None
+    secret: Callable[[np.random.Generator], list] = lambda rng: []
+
+    def graded_cases(self, rng: np.random.Generator) -> list:
+        """What a graded run checks: the cases the lab shows, then cases drawn from ``rng``
+        (seeded by the grader's secret), which no one knows before the run."""
+        return self.cases() + self.secret(rng)
 
     def __call__(self, function) -> None:
         from .guard import Guard

@@ -14,10 +14,14 @@ def _sparse_pairs(rng, n: int, k: int, low: int = -3, high: int = 4):
 
 
 def _merge_cases():
-    rng = np.random.default_rng(5)
     cases = [[[], [], [], []], [[2, 5], [1, 1], [], []], [[], [], [0, 9], [4, -4]],
              [[1, 3], [2, -7], [1, 3], [-2, 7]], [[0, 1, 2], [1, 1, 1], [3, 4], [1, 1]],
              [[7], [1], [0, 7, 8], [1, 1, 1]]]
+    return cases + _merge_secret(np.random.default_rng(5))
+
+
+def _merge_secret(rng):
+    cases = []
     for _ in range(40):
         n = int(rng.integers(1, 60))
         cases.append(_sparse_pairs(rng, n, int(rng.integers(0, n + 1)))
@@ -46,15 +50,19 @@ def _merge_verdict(cases, results) -> str:
 check_merge = LocalCheck(
     _merge_cases,
     lambda f, case, given: f(*(np.array(x, np.int64) for x in case)),
-    _merge_verdict, ("allreduce.sparse",))
+    _merge_verdict, ("allreduce.sparse",), secret=_merge_secret)
 
 
 def _feedback_cases():
-    rng = np.random.default_rng(6)
     cases = [[[3.0, -1.0, 0.5, 4.0], [0.0, 0.0, 0.0, 0.0], 2],
              [[1.0, 1.0, 1.0], [0.0, 0.5, -2.0], 1],  # the residual changes the choice
              [[0.0, 0.0], [0.0, 0.0], 0], [[1.0, -2.0], [0.25, 0.0], 2]]
-    for _ in range(30):
+    return cases + _feedback_secret(np.random.default_rng(6))
+
+
+def _feedback_secret(rng, count: int = 30):
+    cases = []
+    for _ in range(count):
         n = int(rng.integers(1, 50))
         gradient = [float(x) for x in rng.integers(-40, 40, n) / 8]
         residual = [float(x) for x in rng.integers(-40, 40, n) / 8]
@@ -85,4 +93,4 @@ def _feedback_verdict(cases, results) -> str:
 check_error_feedback = LocalCheck(
     _feedback_cases,
     lambda f, case, given: f(np.array(case[0]), np.array(case[1]), case[2]),
-    _feedback_verdict, ("allreduce.sparse",))
+    _feedback_verdict, ("allreduce.sparse",), secret=_feedback_secret)
