@@ -108,8 +108,27 @@ def test_a_run_gets_only_its_exercise_and_the_labs_imports(key):
     assert {"world", "comm"} <= set(code.stubs)  # assigned by the lab: placeholders in a run
     del submission.cells[[grading.role(c) for c in submission.cells].index(
         ("allgather", "solution"))]
-    with pytest.raises(LookupError, match="were cells deleted"):
+    with pytest.raises(LookupError, match="no solution cell for exercise 'allgather' "
+                       r"\(was it deleted\?\)"):
         grading.graded_code(key, submission, spec)
+
+
+@needs_sandbox
+def test_a_solution_cell_split_in_two_is_graded_whole(key):
+    """JupyterLab's split keeps the cell's metadata in both halves: the key's solution split
+    into a helper cell and the function scored 0 ("were cells deleted?"); both run, in order."""
+    from allreduce.grading import run
+
+    spec = grading.spec(key, "reduce_scatter")
+    submission = nbformat.from_dict(key)
+    index = [grading.role(c) for c in submission.cells].index(("reduce_scatter", "solution"))
+    cell = submission.cells[index]
+    helper = nbformat.v4.new_code_cell("%%px --no-stream\nimport numpy as np  # a half of it\n",
+                                       metadata=dict(cell.metadata))
+    submission.cells.insert(index, helper)
+    code = grading.graded_code(key, submission, spec)
+    assert len(code.solution) == 2 and code.cells == (index + 1, index + 2)
+    assert run.run_exercise(spec, code, timeout=30).score == 1
 
 
 def test_make_student_writes_the_copies(root, venv_bin, tmp_path):
@@ -1014,13 +1033,11 @@ def test_grading_refuses_without_a_sandbox_unless_told(root, tmp_path, key, monk
 @needs_sandbox
 def test_self_mode_checks_a_students_own_notebook(root, venv_bin, tmp_path, key):
     _variant(key, tmp_path, "mine", {"allgather": lambda s: _stub(s, "allgather")})
-    run = subprocess.run([venv_bin / "allreduce-grade", "--self", tmp_path / "mine.ipynb",
-                          "--gradescope", tmp_path / "results.json"],
+    run = subprocess.run([venv_bin / "allreduce-grade", "--self", tmp_path / "mine.ipynb"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "**3 of 5 points (60%).**" in run.stdout
     assert "NotImplementedError: exercise allgather" in run.stdout
-    assert json.loads((tmp_path / "results.json").read_text())["score"] == 3
 
 
 def test_a_checkout_under_tmp_is_bound_over_the_private_tmp(monkeypatch):
@@ -1590,3 +1607,27 @@ def test_each_sandbox_is_a_cpu_group_of_its_own_where_the_controller_is():
         assert (cpu / ("cpu.weight" if v2 else "cpu.shares")).exists()
     finally:
         group.remove()
+
+
+def test_the_sums_a_case_keeps_are_bounded():
+    """Every allreduce.allreduce result is kept until the case's verdict: 100 calls of
+    32 MiB took 3.4 GiB of the grader's memory.  Past MAX_SUMS the case fails instead."""
+    import numpy as np
+
+    from allreduce.grading.matching import MAX_SUMS, Case, Failure
+
+    class Judge:
+        size = 2
+
+        def send(self, rank, header, blobs=()):
+            pass
+
+    case = Case(Judge())
+    count = (MAX_SUMS // 4) // 3  # three calls fit, the fourth does not
+    blob = np.ones(count, np.float32).tobytes()
+    header = {"dtype": "float32", "count": count, "reduce": "sum"}
+    for _ in range(3):
+        case._allreduce([header, header], [[blob], [blob]])
+    assert sum(s.nbytes for s in case.sums) <= MAX_SUMS
+    with pytest.raises(Failure, match="summed more than 64 MiB"):
+        case._allreduce([header, header], [[blob], [blob]])

@@ -283,3 +283,53 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     report.write_feedback(graded, "lab.ipynb", tmp_path / "feedback")
     assert len(list((tmp_path / "feedback").glob("*.md"))) == 3
     assert json.loads((tmp_path / "feedback" / f"{long[0]}.results.json").read_text())
+
+
+def test_a_submission_too_large_to_parse_safely_is_refused_unread(tmp_path):
+    """50 MB of ``{}`` took 8.7 GiB of the grader's memory to parse, and two of them got a
+    whole class's run killed: a notebook of too many JSON objects is refused before parsing,
+    and what is read keeps no outputs."""
+    from allreduce.grading.batch import MAX_CONTAINERS, read_notebook
+
+    big = tmp_path / "big.ipynb"
+    big.write_text('{"cells": [], "metadata": {"x": [' + "{}," * MAX_CONTAINERS + '{}]}, '
+                   '"nbformat": 4, "nbformat_minor": 5}')
+    result = read_notebook(big)
+    assert isinstance(result, Result) and "JSON objects and lists" in result.message
+    fine = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "print(1)", outputs=[nbformat.v4.new_output("stream", text="1\n" * 1000)])])
+    nbformat.write(fine, tmp_path / "fine.ipynb")
+    read = read_notebook(tmp_path / "fine.ipynb")
+    assert read.cells[0].source == "print(1)" and read.cells[0].outputs == []
+
+
+def test_a_lone_surrogate_in_a_cell_reaches_every_report(root, tmp_path, key, capsys):
+    """A solution cell holding ``"\\ud800"`` (a lone surrogate, legal in a notebook's JSON)
+    stopped the feedback files and the similarity report of everyone graded after it, and
+    crashed --self: what is read is made UTF-8 first."""
+    import json
+
+    from allreduce.grading.batch import read_notebook
+
+    copy = grading.student_copy(key)
+    index = [grading.role(c) for c in copy.cells].index(("reduce_scatter", "solution"))
+    copy.cells[index].source = "# \ud800\n" + copy.cells[index].source
+    path = tmp_path / "surrogate.ipynb"
+    path.write_text(json.dumps(copy), encoding="utf-8")  # json escapes it as \ud800
+    assert "\\ud800" in path.read_text()
+    read = read_notebook(path)
+    assert read.cells[index].source.startswith("# ?\n")
+    said = report.feedback(Submission("s", {"reduce_scatter": Result(
+        0.0, f"it raised (cell {index + 1} of your notebook, line 1)")},
+        {"reduce_scatter": 1.0}, read), "lab")
+    assert "# ?" in said.encode("utf-8").decode("utf-8")  # quoted, and writable as UTF-8
+
+
+def test_self_mode_refuses_to_write_a_gradescope_score(tmp_path, key):
+    """--self scores with the notebook's own check cells, whose points its author can edit:
+    with --gradescope it wrote a forged 1000 of 1000; the instructor's lab is needed."""
+    nbformat.write(grading.student_copy(key), tmp_path / "mine.ipynb")
+    with pytest.raises(SystemExit):
+        cli.grade_main(["--self", str(tmp_path / "mine.ipynb"), "--gradescope",
+                        str(tmp_path / "results.json")])
+    assert not (tmp_path / "results.json").exists()

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from . import report, similarity
-from .batch import grade
+from .batch import grade, read_notebook
+from .run import Result
 from .judge import clean
 from .notebooks import exercises, nbformat, specs, write_student_copies
 from .sandbox import Limits, probe
@@ -52,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="csv: one row per student, a column per exercise (default); "
                              "canvas: Canvas's gradebook import layout, one column of points")
     parser.add_argument("--gradescope", type=Path, metavar="FILE",
-                        help="also write Gradescope's results.json here (one submission)")
+                        help="also write Gradescope's results.json here (one submission; not with "
+                             "--self, whose points its notebook sets)")
     parser.add_argument("--timeout", "--cell-timeout", type=float, default=60,
                         help="seconds one check case may run (default 60)")
     parser.add_argument("--jobs", "-j", type=int, default=1,
@@ -234,7 +236,13 @@ def _self(args, parser) -> int:
     """``--self``: the checks on the student's own notebook, with its own lab cells."""
     if not args.own.is_file():
         parser.error(f"no such notebook: {args.own}")
-    own = nbformat().read(args.own, as_version=4)
+    if args.gradescope:  # the notebook's own check cells set the points: its author's to edit
+        parser.error("--gradescope needs the instructor's lab: allreduce-grade LAB FOLDER "
+                     "--gradescope FILE (--self scores with the notebook's own check cells)")
+    own = read_notebook(args.own)
+    if isinstance(own, Result):
+        print(f"allreduce-grade: {args.own}: {own.message}", file=sys.stderr)
+        return 2
     if not exercises(own):
         number = args.own.name.split("_", 1)[0]
         print(f"allreduce-grade: {args.own} has no exercises"
@@ -246,10 +254,6 @@ def _self(args, parser) -> int:
                       sandboxed=not args.no_sandbox, limits=_limits(args.timeout), key=own,
                       progress=lambda *a, **k: None)
     print(report.feedback(graded, args.own.name), end="")
-    if args.gradescope:
-        import json
-
-        args.gradescope.write_text(json.dumps(report.gradescope(graded), indent=1) + "\n")
     return 0
 
 

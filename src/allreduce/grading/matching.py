@@ -22,6 +22,9 @@ from . import wire
 MAX_EVENTS = 100_000  # requests one rank may make in one case: sends, receives (empty ones
 # too), waits (with no ids too), collectives; each is a frame the judge reads and answers
 MAX_QUEUED = 256 << 20  # bytes sent and not yet taken by their receiver's wait, in all
+#: bytes of allreduce.allreduce results one case keeps for its verdict (a lab's training run
+#: keeps well under 1 MiB; 100 calls of 32 MiB took 3.4 GiB of the grader's memory)
+MAX_SUMS = 64 << 20
 _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum,
            "prod": np.multiply}
 
@@ -80,6 +83,7 @@ class Case:
         self.state: list = [None] * size  # None: running; else what the rank waits for
         self.allreduces: list[list[int]] = [[] for _ in range(size)]
         self.sums: list[np.ndarray] = []
+        self.kept = 0  # bytes in self.sums
         self.collectives = [0] * size
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
         self.requests = [0] * size  # frames each rank sent in this case
@@ -242,6 +246,10 @@ class Case:
                           f"{clean(dtype, 20)} data, which the grader does not reduce")
         if op == "mean" and not np.issubdtype(np.dtype(dtype), np.floating):
             raise Failure("allreduce.allreduce: op='mean' needs a floating-point dtype")
+        self.kept += max(count, 0) * np.dtype(dtype).itemsize
+        if self.kept > MAX_SUMS:
+            raise Failure(f"the allreduce.allreduce calls of this case summed more than "
+                          f"{MAX_SUMS >> 20} MiB, more than the grader keeps for a check")
         arrays = []
         for b in blobs:
             if len(b) != 1 or len(b[0]) != count * np.dtype(dtype).itemsize:
