@@ -98,8 +98,10 @@ bench: $(STAMP)
 # which the lab pages' launch buttons open (see src/allreduce/book.py).  REMOTE is a remote
 # of this checkout, a URL or a path; point it at a repository students may read.
 REMOTE ?=
-publish: book
+publish: $(STAMP)
 	@test -n "$(REMOTE)" || { echo "usage: make publish REMOTE=<a repository students may read: a remote of this checkout, a URL or a path> (never the one that holds the keys)"; exit 2; }
+	$(BIN)/python -m allreduce.book --remote "$(REMOTE)" --check
+	$(MAKE) book
 	$(BIN)/python -m allreduce.book --html _build/html --remote "$(REMOTE)"
 
 clean:

@@ -295,10 +295,20 @@ def test_publish_refuses_a_site_with_solution_regions(tmp_path):
         book.publish(tmp_path, str(tmp_path / "nowhere.git"), repo=ROOT, labs=LABS)
 
 
-def test_make_publish_is_declared(root):
+def test_make_publish_checks_its_remote_before_it_builds_the_book(root):
+    """A missing REMOTE, or the placeholder repository with a URL, was reported only after
+    a whole build of the book: the recipe checks first (``--check``), then builds."""
     makefile = (root / "Makefile").read_text()
-    assert re.search(r"^publish: book$", makefile, re.MULTILINE)
-    assert "-m allreduce.book --html _build/html" in makefile
+    recipe = makefile.split("\npublish:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.index('test -n "$(REMOTE)"') < recipe.index("--check") \
+        < recipe.index("$(MAKE) book") < recipe.index("-m allreduce.book --html _build/html")
+    run = subprocess.run([str(BIN / "python"), "-m", "allreduce.book", "--remote",
+                          "https://example.org/course.git", "--repo", str(ROOT), "--check"],
+                         capture_output=True, text=True, timeout=60, env=child_env(), cwd=ROOT)
+    if book._repository_url(ROOT) == book.PLACEHOLDER_REPOSITORY:
+        assert run.returncode == 2 and "still the placeholder" in run.stderr, run.stderr
+    else:
+        assert run.returncode == 0, run.stderr
 
 
 # --- licence and citation --------------------------------------------------------------------

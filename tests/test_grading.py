@@ -139,6 +139,30 @@ def test_make_student_writes_the_copies(root, venv_bin, tmp_path):
     assert not any(grading.BEGIN in c.source for c in copy.cells)
 
 
+def test_make_student_on_the_published_student_branch_copies_its_labs(root, venv_bin, tmp_path):
+    """The published ``student`` branch holds the labs already stubbed (book.student_tree):
+    ``make student`` there raised "has no ### BEGIN SOLUTION", and ``make lab`` never
+    started.  A lab that is a student copy already is copied as it is."""
+    from allreduce import book
+
+    labs = sorted((root / "labs").glob("*.ipynb"))
+    tree = book.student_tree(root, labs, tmp_path / "published")
+    run = subprocess.run([venv_bin / "allreduce-student", *sorted((tree / "labs").glob("*.ipynb")),
+                          "--out", tmp_path / "s"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    for lab in labs:
+        published = nbformat.read(tree / "labs" / lab.name, as_version=4)
+        mine = nbformat.read(tmp_path / "s" / lab.name, as_version=4)
+        assert [c.source for c in mine.cells] == [c.source for c in published.cells], lab.name
+        assert not any(grading.BEGIN in c.source for c in mine.cells)
+    half = nbformat.read(root / RING, as_version=4)  # a key with one region removed by hand
+    for cell in half.cells:
+        if grading.role(cell) == ("allgather", "solution"):
+            cell.source = "def allgather(buf, comm):\n    pass\n"
+    with pytest.raises(ValueError, match="has no ### BEGIN SOLUTION"):
+        grading.student_copy(half)
+
+
 def test_similarity_ignores_names_comments_and_layout():
     a = "def f(buf, comm):\n    x = 1  # mine\n    return comm.send(buf, x)\n"
     b = "def f(data,   c):\n\n    y = 1\n    return c.send(data, y)"
@@ -1038,6 +1062,8 @@ def test_self_mode_checks_a_students_own_notebook(root, venv_bin, tmp_path, key)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "**3 of 5 points (60%).**" in run.stdout
     assert "NotImplementedError: exercise allgather" in run.stdout
+    assert "# Feedback: mine on mine.ipynb" in run.stdout  # for a terminal: no Markdown escapes
+    assert "\\_" not in run.stdout
 
 
 def test_a_checkout_under_tmp_is_bound_over_the_private_tmp(monkeypatch):

@@ -124,3 +124,8 @@ def test_a_check_cell_catches_work_handed_to_mpi_or_the_library():
                                ("peeks", "AttributeError: .* has no attribute 'comm'")]:
             with pytest.raises(AssertionError, match=says):
                 lab.check(view, function, "reduce_scatter", counts=(4, 7))
+        # a check run before its solution cell (after a kernel restart, say): a clear word,
+        # not four NameErrors and ipyparallel's traceback
+        with pytest.raises(NameError, match="the engines have no never_defined: run the %%px "
+                           "cell that defines it"):
+            lab.check(view, "never_defined", "reduce_scatter", counts=(4,))

@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=Path("."))
     parser.add_argument("--pages-branch", default="gh-pages")
     parser.add_argument("--student-branch", default="student")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the remote and repository.url (make publish does, "
+                             "before it builds the book)")
     args = parser.parse_args(argv)
     remote = args.remote
     names = _git("remote", cwd=args.repo, capture=True).split()
@@ -240,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                          "will read, or the lab pages' launch links lead nowhere")
         print(f"warning: repository.url is the placeholder {PLACEHOLDER_REPOSITORY}; "
               "publishing to a local path only", file=sys.stderr)
+    if args.check:
+        return 0
     labs = sorted((args.repo / "labs").glob("*.ipynb"))
     publish(args.html, remote, repo=args.repo, labs=labs, pages_branch=args.pages_branch,
             student_branch=args.student_branch)

@@ -193,8 +193,16 @@ def _main(argv: list[str] | None = None) -> int:
     bar = Progress()
 
     def progress(done, total, nbytes):
+        """One size measured: in the first pass every algorithm and MPI's allreduce; under
+        MPI, torch's all_reduce is timed alone in a second pass (see _World)."""
         if show:
-            bar(done, total, f"size passes ({nbytes} B)")
+            from .runs import size
+
+            passes, current = total // len(sizes), (done - 1) // len(sizes) + 1
+            timed = "the algorithms and MPI_Allreduce" if current == 1 else \
+                "torch's all_reduce alone"
+            what = "" if passes == 1 else f", pass {current} of {passes}: {timed}"
+            bar(done, total, f"{size(nbytes)}{what}")
 
     try:
         rows = run_table(world, algorithms, sizes, dtype=args.dtype, op=args.op,

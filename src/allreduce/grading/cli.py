@@ -109,7 +109,8 @@ def _grade_main(argv: list[str] | None) -> int:
     if not args.lab.is_file():
         parser.error(f"no such lab: {args.lab}")
     if not args.submissions.is_dir():
-        parser.error(f"no such folder: {args.submissions}")
+        parser.error(f"no such folder: {args.submissions} (make it, and put the students' "
+                     "notebooks, *.ipynb, in it)")
     submissions, skipped = entries(args.submissions, args.lab)
     for line in skipped:
         print(line)
@@ -253,7 +254,7 @@ def _self(args, parser) -> int:
     (graded,) = grade(args.own, [args.own], timeout=args.timeout, jobs=args.jobs,
                       sandboxed=not args.no_sandbox, limits=_limits(args.timeout), key=own,
                       progress=lambda *a, **k: None)
-    print(report.feedback(graded, args.own.name), end="")
+    print(report.feedback(graded, args.own.name, plain=True), end="")
     return 0
 
 

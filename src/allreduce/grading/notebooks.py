@@ -223,9 +223,20 @@ def _points_cell(exercise: str, points: float, total: float):
     return cell
 
 
+def is_student_copy(nb) -> bool:
+    """Whether ``nb`` is a student copy already (the labs of the published ``student``
+    branch are): it shows points and none of its solution cells holds a solution region."""
+    marks = [(role(cell), cell.source) for cell in nb.cells if role(cell)]
+    return (any(mark[1] == "points" for mark, _ in marks)
+            and not any(mark[1] == "solution" and BEGIN in source for mark, source in marks))
+
+
 def student_copy(nb):
     """A copy of the instructor lab ``nb`` with every solution region stubbed out and each
-    exercise's points shown in a cell just before its first solution cell."""
+    exercise's points shown in a cell just before its first solution cell; a lab that is
+    a student copy already is copied as it is."""
+    if is_student_copy(nb):
+        return copy.deepcopy(nb)
     student = copy.deepcopy(nb)
     points = {s.exercise: s.points for s in specs(nb)}
     total, shown, cells = sum(points.values()), set(), []

@@ -72,8 +72,9 @@ class Rank:
         namespace, warning = self._load(setup)
         function = namespace.get(setup["function"])
         if not callable(function):
-            self.send({"op": "error", "message": (warning or "") + "your solution "
-                       f"({_cells(setup)}) defines no function {setup['function']}"})
+            missing = f"your solution ({_cells(setup)}) defines no function {setup['function']}"
+            self.send({"op": "error", "message": f"{warning.rstrip(' ;.')}; so {missing}"
+                       if warning else missing})
             return
         self.send({"op": "ready", "warning": warning})
         while True:

@@ -110,9 +110,11 @@ def _cell(submission: Submission, exercise: str, number: int | None = None
     return None, ""
 
 
-def feedback(submission: Submission, lab: str) -> str:
-    """The feedback file of one submission, in Markdown."""
-    lines = [f"# Feedback: {_markdown(submission.name)} on {_markdown(lab)}", "",
+def feedback(submission: Submission, lab: str, *, plain: bool = False) -> str:
+    """The feedback file of one submission, in Markdown; ``plain``: for a terminal (what
+    ``--self`` prints), the messages as they are, without Markdown's escapes."""
+    show = (lambda text: " ".join(str(text).splitlines())) if plain else _markdown
+    lines = [f"# Feedback: {show(submission.name)} on {show(lab)}", "",
              (f"**{_number(submission.earned)} of {_number(submission.possible)} points "
               f"({100 * submission.total:.0f}%).**"), "",
              "| exercise | points | |", "|---|---|---|"]
@@ -124,9 +126,9 @@ def feedback(submission: Submission, lab: str) -> str:
         lines += ["", (f"## `{exercise}`: {_number(result.score * submission.points[exercise])} "
                        f"of {_number(submission.points[exercise])} points"), ""]
         lines.append(("The check: " if result.score == 1 else "What the check found: ")
-                     + (_markdown(result.message) if result.message else "(no message)"))
+                     + (show(result.message) if result.message else "(no message)"))
         if result.warning:
-            lines += ["", f"Note: {_markdown(result.warning)}"]
+            lines += ["", f"Note: {show(result.warning)}"]
         if result.score < 1:
             where = re.search(r"cell (\d+)(?: of your notebook)?, line (\d+)",
                               result.message + result.warning)

@@ -117,6 +117,12 @@ def check(view, function: str, phase: str, *, pattern: str | None = None,
                               list(counts), patience)
     try:
         problems = result.get(timeout=timeout)
+    except ipp.error.CompositeError as error:  # the name is looked up on the engines first
+        if any(name == "NameError" and repr(function) in str(value)
+               for name, value, *_ in error.elist):
+            raise NameError(f"the engines have no {function}: run the %%px cell that defines "
+                            "it (your solution cell above), then this check") from None
+        raise
     except ipp.error.TimeoutError:
         raise TimeoutError(
             f"{function} did not finish on all ranks within {timeout:.0f} s: a deadlock (a "
