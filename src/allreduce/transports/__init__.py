@@ -4,6 +4,7 @@ is imported only when it is first needed (mpi4py and torch are optional)."""
 
 from __future__ import annotations
 
+import atexit
 import sys
 from typing import Any
 
@@ -15,6 +16,9 @@ _TRANSPORTS: dict[type, type[Communicator]] = {}  # comm's type → the transpor
 #: Held strongly, so that no other object takes the id; a freed mpi4py communicator
 #: (COMM_NULL, false) is wrapped anew, and refused.
 _WRAPPED: dict[int, tuple[Any, Communicator]] = {}
+# let them go before the interpreter's teardown: a torch.distributed group kept until then
+# aborted its process at exit now and then ("terminate called without an active exception")
+atexit.register(_WRAPPED.clear)
 
 
 def as_communicator(comm: Any) -> Communicator:
