@@ -1586,15 +1586,39 @@ def test_the_overlap_is_judged_from_the_sums_that_crossed(root):
 def test_a_solution_too_large_for_a_run_scores_0_with_the_reason(key):
     """A solution padded past what one frame to a rank carries is refused with its size,
     before any run (it failed with a protocol message about a header)."""
-    from allreduce.grading.batch import MAX_SOLUTION_CHARACTERS, graded_code
+    from allreduce.grading.batch import MAX_SOLUTION_BYTES, graded_code
 
     spec = grading.spec(key, "reduce_scatter")
-    submission = nbformat.from_dict(key)
-    for cell in submission.cells:
-        if grading.role(cell) == ("reduce_scatter", "solution"):
-            cell.source += "\n#" + "x" * MAX_SOLUTION_CHARACTERS
-    with pytest.raises(LookupError, match="more than the 256,000 a run takes"):
-        graded_code(key, submission, spec)
+    for padding in ("x" * MAX_SOLUTION_BYTES, "\U0001F600" * (MAX_SOLUTION_BYTES // 12 + 1)):
+        # 90,000 emoji were fewer characters than the old cap but 1 MB in a run's frame,
+        # and the run ended without a word
+        submission = nbformat.from_dict(key)
+        for cell in submission.cells:
+            if grading.role(cell) == ("reduce_scatter", "solution"):
+                cell.source += "\n#" + padding
+        with pytest.raises(LookupError, match="more than the 512,000 it takes"):
+            graded_code(key, submission, spec)
+
+
+def test_ipython_syntax_in_a_solution_cell_runs_as_in_jupyterlab():
+    """A blank line above %%px, %time, %matplotlib, !ls and a comment holding U+2028 all run
+    in JupyterLab; each made the grader's copy of the cell not parse (0 points).  Valid
+    Python with a line that starts with % (a continued modulo) is left as it is."""
+    from allreduce.grading.notebooks import python_source
+    from allreduce.grading.rank import _compiled
+
+    cell = ("\n%%px --no-stream\nimport numpy as np\n%time y = np.ones(3)\n!ls\n"
+            "def f():\n    %matplotlib inline\n    return 7 % 2\n"
+            "# a comment \u2028 with a line separator\nz = f()")
+    source = python_source(cell)
+    assert source.count("\n") == cell.count("\n")  # every line where it was
+    space: dict = {}
+    exec(_compiled(source, "<cell 1>"), space)  # noqa: S102
+    assert space["y"].tolist() == [1.0, 1.0, 1.0] and space["z"] == 1
+    exec(_compiled(python_source("w = (7\n     % 4)\n"), "<cell 2>"), space)  # noqa: S102
+    assert space["w"] == 3
+    with pytest.raises(SyntaxError):
+        _compiled("def f(:\n    pass", "<cell 2>")
 
 
 @needs_sandbox
@@ -1657,3 +1681,31 @@ def test_the_sums_a_case_keeps_are_bounded():
     assert sum(s.nbytes for s in case.sums) <= MAX_SUMS
     with pytest.raises(Failure, match="summed more than 64 MiB"):
         case._allreduce([header, header], [[blob], [blob]])
+
+
+def test_the_seed_follows_every_part_of_a_submission_a_run_sees():
+    """A run can read its cells' numbers (from a traceback): cases that stayed the same when
+    only the cells moved let a submission learn the drawn cases from one failure and answer
+    them the next time, at other places (a red-team's busbw scored 1/1 so)."""
+    from allreduce.grading.run import Code, _seed
+    from allreduce.lab.local import _plain
+    from allreduce.grading.notebooks import Spec
+
+    spec = Spec("busbw", "local", "busbw", check="check_busbw", engines=False)
+    solution = ("def busbw(n, s, p):\n    return 0.0\n",)
+    here, there = Code("", (), solution, (5,)), Code("", (), solution, (6,))
+    assert _seed(spec, here) == _seed(spec, Code("", (), solution, (5,)))
+    assert _seed(spec, here) != _seed(spec, there)
+    import numpy as np  # a 0-d array (what np.where returns) is the number it holds
+
+    assert _plain(np.where(True, np.float64(2.5), 0.0)) == 2.5
+
+
+def test_the_similarity_report_takes_linear_time_on_a_pathological_line():
+    """Python's tokenizer took 69 s on 64,000 characters of '"a\\' in a solution cell,
+    outside every sandbox, and the report compares up to 200,000: such a line is compared
+    by its words instead."""
+    source = '"a\\' * (similarity.COMPARED_CHARACTERS // 3)
+    started = time.monotonic()
+    assert similarity.normalise(source) == source.split()
+    assert time.monotonic() - started < 5

@@ -333,3 +333,31 @@ def test_self_mode_refuses_to_write_a_gradescope_score(tmp_path, key):
         cli.grade_main(["--self", str(tmp_path / "mine.ipynb"), "--gradescope",
                         str(tmp_path / "results.json")])
     assert not (tmp_path / "results.json").exists()
+
+
+def test_self_mode_explains_an_edited_check_cell(tmp_path, key, capsys):
+    """--self reads the checks from the student's notebook: a check cell whose lab.check
+    call was commented out ended in a traceback."""
+    copy = grading.student_copy(key)
+    for cell in copy.cells:
+        if grading.role(cell) and grading.role(cell)[1] == "check":
+            cell.source = "\n".join("# " + line for line in cell.source.splitlines())
+            break
+    nbformat.write(copy, tmp_path / "mine.ipynb")
+    assert cli.grade_main(["--self", str(tmp_path / "mine.ipynb")]) == 2
+    said = capsys.readouterr().err
+    assert "a check cell is not as the lab wrote it" in said and "Traceback" not in said
+
+
+def test_names_that_read_as_another_students_are_told_apart():
+    """alice, alice with a zero-width space and alice with a Cyrillic а were three rows
+    reading "alice"; Bob and bob are one file where case is ignored.  A name in one script
+    (Łukasz, Иван) is kept as it is."""
+    from allreduce.grading.batch import student_names
+
+    names = student_names([Path("alice.ipynb"), Path("alice\u200b.ipynb"),
+                           Path("\u0430lice.ipynb"), Path("Bob.ipynb"), Path("bob.ipynb"),
+                           Path("\u0141ukasz.ipynb"), Path("\u0418\u0432\u0430\u043d.ipynb")])
+    assert names[0] == "alice" and names[5:] == ["\u0141ukasz", "\u0418\u0432\u0430\u043d"]
+    assert all(re.fullmatch(r".+-[0-9a-f]{8}", name) for name in names[1:5]), names
+    assert len({name.casefold() for name in names}) == len(names)

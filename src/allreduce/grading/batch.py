@@ -10,9 +10,11 @@ live where no run can reach them; the key is still checked unchanged after every
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import threading
+import unicodedata
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,10 +53,11 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     submission's solution cells for that exercise."""
     wanted = (spec.exercise, "solution")
     theirs = solution_sources(submission, spec.exercise)
-    if sum(map(len, theirs)) > MAX_SOLUTION_CHARACTERS:
-        raise LookupError(f"the solution cells of exercise {spec.exercise!r} hold "
-                          f"{sum(map(len, theirs)):,} characters, more than the "
-                          f"{MAX_SOLUTION_CHARACTERS:,} a run takes")
+    encoded = len(json.dumps(theirs))  # as a run's frame carries them: "\\ud83d\\ude00"
+    if encoded > MAX_SOLUTION_BYTES:  # is 12 bytes, where it was one character
+        raise LookupError(f"the solution cells of exercise {spec.exercise!r} take {encoded:,} "
+                          f"bytes to send to a run, more than the {MAX_SOLUTION_BYTES:,} it "
+                          "takes (a lab's solution takes a few thousand)")
     if not theirs:  # more or fewer than the lab's are run as they are: a cell split in
         # JupyterLab keeps its exercise's mark in both halves, and two merged keep one
         raise LookupError(f"the submission has no solution cell for exercise "
@@ -65,9 +68,10 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     return Code(setup, tuple(stubs), tuple(theirs), cells)
 
 
-#: The most characters an exercise's solution cells may hold (a run carries them in one frame
-#: of at most :data:`allreduce.grading.wire.MAX_HEADER` bytes, with the lab's own code).
-MAX_SOLUTION_CHARACTERS = 256_000
+#: The most bytes an exercise's solution cells may take, JSON-encoded as a run's first frame
+#: carries them (of at most :data:`allreduce.grading.wire.MAX_HEADER` bytes, with the lab's
+#: own code): 90,000 emoji were 1 MB there, and the run ended without a word.
+MAX_SOLUTION_BYTES = 512_000
 #: The largest submission read (a lab's notebook with its outputs is well under 1 MB).
 MAX_NOTEBOOK_BYTES = 16 << 20
 #: The most JSON objects and lists a submission may hold (counted as its ``{`` and ``[``
@@ -137,25 +141,40 @@ def student_name(path: Path) -> str:
     files after it: printable UTF-8 (a name from an archive made elsewhere may not be), and
     at most 100 characters (a longer name ends in a digest of the whole, so that two long
     names stay apart and a report's file name stays under the file system's limit)."""
-    name = clean(path.stem, 10_000)
+    name = "".join(c for c in clean(path.stem, 10_000)  # and no invisible ones (U+200B)
+                   if unicodedata.category(c) != "Cf")
     if len(name.encode()) > 100:
         digest = hashlib.sha256(os.fsencode(path.stem)).hexdigest()[:12]
         name = name.encode()[:80].decode("utf-8", "ignore") + "-" + digest
     return name
 
 
+def _scripts(name: str) -> set[str]:
+    """The scripts of a name's letters (LATIN, CYRILLIC, GREEK, ...), by Unicode name."""
+    return {unicodedata.name(c, "?").split()[0] for c in name if c.isalpha()}
+
+
+def _skeleton(name: str) -> str:
+    """What two names that read alike share: compatibility forms and case folded (``Alice``
+    and ``alice`` are one file on a file system that ignores case)."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
 def student_names(paths: list[Path]) -> list[str]:
     """Each submission's :func:`student_name`, told apart: a name that cleaning changed (or
-    emptied: ``alice\\x1b.ipynb`` beside ``alice.ipynb``), or that two files still share,
-    ends in a digest of its file's own name, so that no report overwrites another's."""
+    emptied: ``alice\\x1b.ipynb`` beside ``alice.ipynb``), that mixes scripts (a Cyrillic
+    ``а`` in ``аlice`` reads as ``alice``), or that reads as another's once case and
+    compatibility forms are folded, ends in a digest of its file's own name, so that no
+    report overwrites another's and no row passes for another student's."""
     def digested(path: Path, name: str) -> str:
         digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:8]
         return f"{name}-{digest}" if name else f"student-{digest}"
 
-    told = [name if name == path.stem and name else digested(path, name)
+    told = [name if name == path.stem and name and len(_scripts(name)) <= 1
+            else digested(path, name)
             for path, name in ((path, student_name(path)) for path in paths)]
-    counts = Counter(told)
-    return [digested(path, name) if counts[name] > 1 else name
+    counts = Counter(map(_skeleton, told))
+    return [digested(path, name) if counts[_skeleton(name)] > 1 else name
             for path, name in zip(paths, told)]
 
 

@@ -251,6 +251,14 @@ def _self(args, parser) -> int:
               + ": is it the right file?  --self checks a lab's student copy with your "
               "solutions in it, e.g. student/50_ring_allreduce.ipynb.", file=sys.stderr)
         return 2
+    try:  # --self reads the checks from the notebook itself: its check cells must be intact
+        specs(own)
+    except (ValueError, TypeError) as error:
+        print(f"allreduce-grade: {args.own}: a check cell is not as the lab wrote it "
+              f"({clean(error, 300)}). --self runs the checks your notebook's check cells "
+              "call; undo the edit, or take a fresh copy of the lab (make student FORCE=1 "
+              "moves yours to student/.old/ first).", file=sys.stderr)
+        return 2
     (graded,) = grade(args.own, [args.own], timeout=args.timeout, jobs=args.jobs,
                       sandboxed=not args.no_sandbox, limits=_limits(args.timeout), key=own,
                       progress=lambda *a, **k: None)

@@ -148,15 +148,24 @@ def specs(nb) -> list[Spec]:
 # -- the code a run needs -------------------------------------------------------------------------
 
 def is_engine_cell(source: str) -> bool:
-    return source.lstrip().startswith("%%px")
+    return source.lstrip().startswith("%%px")  # IPython drops the blank lines above a magic
+
+
+#: Cell magics whose body is plain Python: the grader blanks their line.
+PYTHON_CELL_MAGICS = ("%%px", "%%time", "%%timeit", "%%capture")
 
 
 def python_source(source: str) -> str:
-    """A cell's source with its ``%%px`` line blanked (the rest is plain Python, and its line
-    numbers are the cell's own)."""
-    lines = source.splitlines()
-    if lines and lines[0].lstrip().startswith("%%px"):
-        lines[0] = ""
+    """A cell's source as plain Python, each line where it was (a message's line numbers are
+    the cell's own).  As IPython reads it: lines end at newlines only (a comment may hold
+    U+2028, which ``str.splitlines`` would break), and a cell magic is the first line that
+    is not blank, whose line is blanked when its body is Python (:data:`PYTHON_CELL_MAGICS`).
+    Line magics are left to the run (:func:`allreduce.grading.rank.without_line_magics`):
+    nothing here parses a submission's code."""
+    lines = source.replace("\r\n", "\n").split("\n")
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].lstrip().startswith(PYTHON_CELL_MAGICS):
+        lines[first] = ""
     return "\n".join(lines)
 
 

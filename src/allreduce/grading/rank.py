@@ -110,7 +110,7 @@ class Rank:
         for number, source in zip(numbers, setup["solution"]):
             try:
                 # the student's code, in this sandboxed rank: what it is here to run
-                exec(compile(source, f"<cell {number}>", "exec"), namespace)  # noqa: S102
+                exec(_compiled(source, f"<cell {number}>"), namespace)  # noqa: S102
             except SyntaxError as error:
                 warning = (f"your solution does not parse: {error.msg} (cell {number}, line "
                            f"{error.lineno}: {(error.text or '').strip()[:120]}). ")
@@ -165,6 +165,9 @@ class Rank:
     def _raised(self, error: BaseException, header: dict) -> str:
         name = self.spec["function"]
         what = f"{type(error).__name__}: {str(error)[:300]}"
+        if isinstance(error, NameError):
+            what += (" (a graded run has the lab's imports and your solution cells of this "
+                     "exercise only: define helpers in a solution cell)")
         if self.spec["kind"] == "local":
             case = header["cases"][getattr(self, "case_index", 0)]
             shown = json.dumps(case)
@@ -182,6 +185,35 @@ class Rank:
             return ""
         frame = frames[-1]
         return f"{frame.filename[1:-1]} of your notebook, line {frame.lineno}"
+
+
+def without_line_magics(source: str) -> str:
+    """``source`` with IPython's line magics and shell escapes as Python, each line where it
+    was: ``%time STATEMENT`` runs the statement; any other (``%matplotlib inline``,
+    ``!ls``), which does nothing a check looks at, becomes ``pass``."""
+    lines = source.split("\n")
+    for index, line in enumerate(lines):
+        code = line.lstrip()
+        indent = line[: len(line) - len(code)]
+        if code.startswith("%time "):
+            lines[index] = indent + code[len("%time "):]
+        elif code.startswith(("%", "!")) and not code.startswith("!="):
+            lines[index] = indent + "pass"
+    return "\n".join(lines)
+
+
+def _compiled(source: str, name: str):
+    """A solution cell compiled as Python, or, when it does not parse as it is (a line
+    starting with ``%`` may also continue an expression), with its line magics read as
+    IPython would (:func:`without_line_magics`)."""
+    try:
+        return compile(source, name, "exec")
+    except SyntaxError:
+        try:
+            return compile(without_line_magics(source), name, "exec")
+        except SyntaxError:
+            pass
+        raise
 
 
 def _cells(setup: dict) -> str:

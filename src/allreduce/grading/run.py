@@ -125,7 +125,7 @@ def broke(function: str, error: BaseException) -> str:
 def _seed(spec: Spec, code: Code) -> int:
     """The seed of a run's inputs: a digest of this machine's grading secret (made once, in
     the instructor's ~/.cache/allreduce, never in a sandbox), the exercise and the
-    submission's solution.  A student cannot know the inputs beforehand, and grading the
+    submission's solution cells and their places.  A student cannot know the inputs beforehand, and grading the
     same submission again gives the same inputs, so the same messages in every report."""
     import hashlib
 
@@ -144,7 +144,9 @@ def _seed(spec: Spec, code: Code) -> int:
         except OSError:  # nowhere to keep it: this run's inputs are its own
             pass
     digest = hashlib.blake2b(secret, digest_size=8)
-    for part in (spec.exercise, *code.solution):
+    # everything of the submission a run sees: its solution and where its cells are (a run
+    # can read its cells' numbers, so cases that did not change with them leaked)
+    for part in (spec.exercise, *code.solution, *map(str, code.cells)):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
     return int.from_bytes(digest.digest(), "little")
 

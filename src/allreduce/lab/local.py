@@ -16,8 +16,8 @@ def _plain(value):
     its type when it cannot be one."""
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
-    if isinstance(value, np.generic):
-        return value.item()
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return value.item()  # a 0-d array (np.where gives one) is the number it holds
     if isinstance(value, (list, tuple, np.ndarray)):
         return [_plain(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
     return {"unreadable": type(value).__name__}
