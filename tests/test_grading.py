@@ -1709,3 +1709,24 @@ def test_the_similarity_report_takes_linear_time_on_a_pathological_line():
     started = time.monotonic()
     assert similarity.normalise(source) == source.split()
     assert time.monotonic() - started < 5
+
+
+def test_one_cell_that_is_not_python_does_not_hide_a_renamed_copy():
+    """A renamed copy with an extra solution cell holding "(" compared by its words
+    (0.21 alike) and went unflagged: each cell is read on its own."""
+    alice = ["def f(buf, comm):\n    x = comm.rank\n    return comm.send(buf, x)\n"]
+    bob = ["def g(data, c):\n    y = c.rank\n    return c.send(data, y)\n", "("]
+    a, b = similarity.normalise_cells(alice), similarity.normalise_cells(bob)
+    assert b[:len(a)] == a and b[len(a):] == ["("]
+
+
+def test_a_message_of_the_right_values_in_another_dtype_is_named_as_such():
+    """An allgather that sent float64 copies of an int64 buffer's chunks was told that its
+    data 'reached a rank any other way', showing 1e-316 for the taught algorithm's value."""
+    import numpy as np
+
+    from allreduce.grading.matching import _recast
+
+    wanted = np.array([22371839, -5, 0], np.int64)
+    assert _recast(wanted.astype(np.float64), wanted.tobytes()) == "int64"
+    assert _recast(np.array([1.5, 0.0, 2.0]), np.array([1, 0, 2], np.int64).tobytes()) is None

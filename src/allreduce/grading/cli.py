@@ -77,6 +77,9 @@ def grade_main(argv: list[str] | None = None) -> int:
     def interrupt(number, frame):
         raise KeyboardInterrupt(f"signal {number}")
 
+    for stream in (sys.stdout, sys.stderr):  # a message quotes what a student wrote: under a
+        if hasattr(stream, "reconfigure"):  # locale that is not UTF-8 it must still print
+            stream.reconfigure(errors="backslashreplace")
     if threading.current_thread() is not threading.main_thread():
         return _grade_main(argv)
     before = {number: signal.signal(number, interrupt)

@@ -43,7 +43,7 @@ def _fenced(source: str, language: str = "python") -> list[str]:
 def write_scores(graded: list[Submission], names: list[str], path: Path) -> None:
     """One row per student: the points of each exercise, the total, the most there is, the
     percentage, and the messages of the exercises that lost points."""
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student", *names, "total", "possible", "percent", "messages"])
         for s in graded:
@@ -73,7 +73,7 @@ def write_canvas(graded: list[Submission], column: str, path: Path) -> None:
     """Canvas's gradebook import: ``Student,ID,SIS User ID,SIS Login ID,Section`` and one
     assignment column, with the points possible in the second row.  The submission's file
     name stands as the SIS login (name the files by login)."""
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column])
         possible = graded[0].possible if graded else 0
@@ -156,5 +156,6 @@ def write_feedback(graded: list[Submission], lab: str, folder: Path) -> None:
     """``folder/NAME.md`` and ``folder/NAME.results.json`` for each submission."""
     folder.mkdir(parents=True, exist_ok=True)
     for s in graded:
-        (folder / f"{s.name}.md").write_text(feedback(s, lab))
-        (folder / f"{s.name}.results.json").write_text(json.dumps(gradescope(s), indent=1) + "\n")
+        (folder / f"{s.name}.md").write_text(feedback(s, lab), encoding="utf-8")
+        (folder / f"{s.name}.results.json").write_text(json.dumps(gradescope(s), indent=1) + "\n",
+                                                         encoding="utf-8")

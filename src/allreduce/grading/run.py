@@ -144,10 +144,13 @@ def _seed(spec: Spec, code: Code) -> int:
         except OSError:  # nowhere to keep it: this run's inputs are its own
             pass
     digest = hashlib.blake2b(secret, digest_size=8)
-    # everything of the submission a run sees: its solution and where its cells are (a run
-    # can read its cells' numbers, so cases that did not change with them leaked)
-    for part in (spec.exercise, *code.solution, *map(str, code.cells)):
-        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    # everything a run sees: the lab's code, the solution and where its cells are (a run can
+    # read its cells' numbers, so cases that did not change with them leaked); each part
+    # length-prefixed, so that no two submissions' parts run together alike
+    for part in (spec.exercise, code.setup, *code.stubs, "\0", *code.solution,
+                 *map(str, code.cells)):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little") + data)
     return int.from_bytes(digest.digest(), "little")
 
 

@@ -40,12 +40,16 @@ _KEEP = set(keyword.kwlist) | set(dir(builtins))
 LONGEST_LINE = 1000
 
 
-def normalise(source: str) -> list[str]:
+def normalise(source: str, names: dict[str, str] | None = None) -> list[str]:
     """``source`` as tokens, without comments and layout, each name the student chose
-    replaced by its order of first appearance (attributes such as ``comm.sendrecv`` kept)."""
-    names: dict[str, str] = {}
+    replaced by its order of first appearance in ``names`` (shared by an exercise's cells;
+    attributes such as ``comm.sendrecv`` kept).  Where the source stops being Python, the
+    tokens read so far are kept and the rest is compared by its words (a cell holding only
+    ``(`` once made a renamed copy's whole solution compare by its words, unflagged)."""
+    names = {} if names is None else names
     tokens, previous = [], ""
-    if any(len(line) > LONGEST_LINE for line in source.split("\n")):
+    lines = source.split("\n")
+    if any(len(line) > LONGEST_LINE for line in lines):
         return source.split()
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -56,9 +60,17 @@ def normalise(source: str) -> list[str]:
                 text = names.setdefault(text, f"v{len(names)}")
             tokens.append(text)
             previous = token.string
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        tokens = source.split()
+    except (tokenize.TokenError, IndentationError, SyntaxError) as error:
+        line = error.args[1][0] if isinstance(error, tokenize.TokenError) else error.lineno
+        tokens += "\n".join(lines[line:] if line else []).split()
     return tokens
+
+
+def normalise_cells(sources: list[str]) -> list[str]:
+    """An exercise's solution cells as one list of tokens, each cell read on its own (what
+    is not Python in one does not spoil the others), with the names numbered across them."""
+    names: dict[str, str] = {}
+    return [token for source in sources for token in normalise(source, names)]
 
 
 #: The characters of an exercise's solution compared: a lab's solution is a few kB, and a
@@ -66,10 +78,14 @@ def normalise(source: str) -> list[str]:
 COMPARED_CHARACTERS = 200_000
 
 
-def _solution(nb, exercise: str) -> str:
-    source = "\n".join(cell.source for cell in nb.cells
-                       if role(cell) == (exercise, "solution"))
-    return source[:COMPARED_CHARACTERS]
+def _solution(nb, exercise: str) -> list[str]:
+    """The exercise's solution cells, cut to :data:`COMPARED_CHARACTERS` in all."""
+    cells, left = [], COMPARED_CHARACTERS
+    for cell in nb.cells:
+        if role(cell) == (exercise, "solution") and left > 0:
+            cells.append(cell.source[:left])
+            left -= len(cells[-1])
+    return cells
 
 
 def pairs(graded: list[Submission], key, names: list[str], *, threshold: float = 0.9):
@@ -78,8 +94,9 @@ def pairs(graded: list[Submission], key, names: list[str], *, threshold: float =
     unreadable notebooks are left out."""
     found = []
     for exercise in names:
-        stub = normalise(stub_solutions(_solution(key, exercise), exercise))
-        mine = {s.name: normalise(_solution(s.notebook, exercise)) for s in graded
+        stub = normalise_cells([stub_solutions(cell, exercise)
+                                for cell in _solution(key, exercise)])
+        mine = {s.name: normalise_cells(_solution(s.notebook, exercise)) for s in graded
                 if s.notebook is not None}
         mine = {name: tokens for name, tokens in mine.items() if tokens and tokens != stub}
         prints: dict[str, set[int]] = {}
@@ -109,7 +126,7 @@ def fingerprints(tokens: list[str]) -> set[int]:
 
 
 def write(found, path: Path) -> None:
-    with path.open("w", newline="") as f:
+    with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["exercise", "submission_a", "submission_b", "similarity", "tokens"])
         for exercise, a, b, ratio, tokens in found:
