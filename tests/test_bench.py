@@ -31,6 +31,9 @@ def _check_output(stdout: str, peers: list[str], csv_path, json_path, one_rank=F
     assert all(r["wrong"] == "0" for r in rows)
     assert all(float(r["seconds"]) > 0 and float(r["peer_ratio"]) > 0 for r in rows)
     assert json.loads(json_path.read_text()) and len(json.loads(json_path.read_text())) == len(rows)
+    from allreduce.validation import IN_BAND_LIMIT  # each row says how its check travelled
+
+    assert all(r["in_band_limit"] == IN_BAND_LIMIT for r in json.loads(json_path.read_text()))
     for name in names:
         assert f"# Avg bus bandwidth {name:>24}:" in stdout
     if not one_rank:  # one rank moves no data: nothing to fit or predict

@@ -852,14 +852,15 @@ def test_a_table_of_the_shown_cases_answers_fails_the_graded_cases():
         given = check.given()
         table = {json.dumps(case): _plain(check.call(honest, case, given))
                  for case in check.cases()}
-        graded = check.graded_cases(np.random.default_rng(20261126))
-        assert len(graded) > len(check.cases()), check_name
-        right = [_plain(check.call(honest, case, given)) for case in graded]
-        check.verdict(graded, right)  # the drawn cases are well formed and honestly passed
-        looked_up = [table.get(json.dumps(case)) for case in graded]
-        check.verdict(check.cases(), looked_up[:len(check.cases())])  # the shown ones pass
-        with pytest.raises(AssertionError):
-            check.verdict(graded, looked_up)
+        for seed in (20261126, 7, 12345):  # the grader's is a 64-bit digest (not 0, 5 or 6,
+            graded = check.graded_cases(np.random.default_rng(seed))  # the shown cases' own)
+            assert len(graded) > len(check.cases()), check_name
+            right = [_plain(check.call(honest, case, given)) for case in graded]
+            check.verdict(graded, right)  # the drawn cases are well formed and passable
+            looked_up = [table.get(json.dumps(case)) for case in graded]
+            check.verdict(check.cases(), looked_up[:len(check.cases())])  # the shown pass
+            with pytest.raises(AssertionError):
+                check.verdict(graded, looked_up)
 
 
 ZEROS_AROUND_THE_RING = """\
@@ -1687,18 +1688,31 @@ def test_the_seed_follows_every_part_of_a_submission_a_run_sees():
     """A run can read its cells' numbers (from a traceback): cases that stayed the same when
     only the cells moved let a submission learn the drawn cases from one failure and answer
     them the next time, at other places (a red-team's busbw scored 1/1 so)."""
-    from allreduce.grading.run import Code, _seed
-    from allreduce.lab.local import _plain
     from allreduce.grading.notebooks import Spec
+    from allreduce.grading.run import Code, _seed
 
     spec = Spec("busbw", "local", "busbw", check="check_busbw", engines=False)
     solution = ("def busbw(n, s, p):\n    return 0.0\n",)
-    here, there = Code("", (), solution, (5,)), Code("", (), solution, (6,))
-    assert _seed(spec, here) == _seed(spec, Code("", (), solution, (5,)))
-    assert _seed(spec, here) != _seed(spec, there)
-    import numpy as np  # a 0-d array (what np.where returns) is the number it holds
+    here = Code("import math", ("view",), solution, (5,))
+    assert _seed(spec, here) == _seed(spec, Code("import math", ("view",), solution, (5,)))
+    for other in (Code("import math", ("view",), solution, (6,)),  # the cell moved
+                  Code("import os", ("view",), solution, (5,)),  # the lab's code
+                  Code("import math", ("comm",), solution, (5,)),
+                  Code("import math", ("view",), (solution[0] + "#",), (5,)),
+                  Code("import math", ("view",), ("def busbw(n, s, p):", "\n    return 0.0\n"),
+                       (5, 6))):  # the same characters cut in two cells
+        assert _seed(spec, here) != _seed(spec, other), other
+
+
+def test_a_0_d_array_result_is_the_number_it_holds():
+    """An honest busbw that returned np.where(...) (a 0-d array) scored 0: 'float object is
+    not iterable', raised by the check's own conversion."""
+    import numpy as np
+
+    from allreduce.lab.local import _plain
 
     assert _plain(np.where(True, np.float64(2.5), 0.0)) == 2.5
+    assert _plain([np.array(3), np.array([1, 2])]) == [3, [1, 2]]
 
 
 def test_the_similarity_report_takes_linear_time_on_a_pathological_line():
@@ -1728,5 +1742,9 @@ def test_a_message_of_the_right_values_in_another_dtype_is_named_as_such():
     from allreduce.grading.matching import _recast
 
     wanted = np.array([22371839, -5, 0], np.int64)
-    assert _recast(wanted.astype(np.float64), wanted.tobytes()) == "int64"
-    assert _recast(np.array([1.5, 0.0, 2.0]), np.array([1, 0, 2], np.int64).tobytes()) is None
+    assert _recast(wanted.astype(np.float64), wanted.tobytes(), "int64")
+    assert not _recast(wanted.astype(np.float64), wanted.tobytes(), "float64")  # its own
+    assert not _recast(np.array([1.5, 0.0, 2.0]), np.array([1, 0, 2], np.int64).tobytes(),
+                       "int64")
+    small = np.array([1, 2, 250], np.uint8)  # the buffer's dtype, not another of its size
+    assert _recast(small.astype(np.int64), small.tobytes(), "uint8")

@@ -299,8 +299,14 @@ def test_a_submission_too_large_to_parse_safely_is_refused_unread(tmp_path):
     fine = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "print(1)", outputs=[nbformat.v4.new_output("stream", text="1\n" * 1000)])])
     nbformat.write(fine, tmp_path / "fine.ipynb")
+    fine.cells[0].metadata["allreduce"] = {"exercise": "e", "role": "solution",
+                                           "pad": list(range(1000))}
+    fine.cells[0].metadata["junk"], fine.metadata["junk"] = [0] * 1000, [0] * 1000
+    nbformat.write(fine, tmp_path / "fine.ipynb")
     read = read_notebook(tmp_path / "fine.ipynb")
-    assert read.cells[0].source == "print(1)" and read.cells[0].outputs == []
+    assert read.cells == [{"cell_type": "code", "source": "print(1)",
+                           "metadata": {"allreduce": {"exercise": "e", "role": "solution"}}}]
+    assert read.metadata == {}
 
 
 def test_a_lone_surrogate_in_a_cell_reaches_every_report(root, tmp_path, key, capsys):
@@ -357,7 +363,9 @@ def test_names_that_read_as_another_students_are_told_apart():
 
     names = student_names([Path("alice.ipynb"), Path("alice\u200b.ipynb"),
                            Path("\u0430lice.ipynb"), Path("Bob.ipynb"), Path("bob.ipynb"),
-                           Path("\u0141ukasz.ipynb"), Path("\u0418\u0432\u0430\u043d.ipynb")])
-    assert names[0] == "alice" and names[5:] == ["\u0141ukasz", "\u0418\u0432\u0430\u043d"]
+                           Path("\u0141ukasz.ipynb"), Path("\u0418\u0432\u0430\u043d.ipynb"),
+                           Path("\u5c71\u7530\u306f\u306a.ipynb"), Path("Ka\u02bbiulani.ipynb")])
+    assert names[0] == "alice" and names[5:] == ["\u0141ukasz", "\u0418\u0432\u0430\u043d",
+                                                 "\u5c71\u7530\u306f\u306a", "Ka\u02bbiulani"]
     assert all(re.fullmatch(r".+-[0-9a-f]{8}", name) for name in names[1:5]), names
     assert len({name.casefold() for name in names}) == len(names)

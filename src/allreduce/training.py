@@ -367,7 +367,8 @@ def slowest_rank_parts(everyone: np.ndarray) -> dict[str, list[float]]:
     fastest rank, so the largest of each part would add up to no rank's step)."""
     worst = everyone.sum(axis=1).argmax(axis=0)  # per step
     parts = everyone[worst, :, np.arange(everyone.shape[2])]  # (steps, 3)
-    return {name: parts[:, i].tolist() for i, name in enumerate(("compute", "wait", "communicate"))}
+    return {name: parts[:, i].tolist()
+            for i, name in enumerate(("compute", "wait", "communicate"))}
 
 
 def run_compare(ranks: int, algorithms: list[str], *, steps: int = 40, timeout: float = 300) -> dict:

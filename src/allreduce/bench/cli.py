@@ -230,7 +230,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"# saved the model for auto to {cost.save(model)} (auto uses it only when "
                   "loaded: --model FILE, or allreduce.auto.load_model(FILE))")
     fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
-              "peer_ratio", "predicted", "algbw", "busbw"]
+              "peer_ratio", "predicted", "in_band_limit", "algbw", "busbw"]
     records = [{f: getattr(row, f) for f in fields} for row in rows]
     if args.csv:
         with args.csv.open("w", newline="") as f:

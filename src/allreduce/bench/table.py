@@ -157,7 +157,7 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
     :meth:`_World.enable_torch_peer`)."""
     import allreduce
 
-    from .. import arrays, validation
+    from .. import api, arrays
     from ..testing import exact_input
 
     itemsize = np.dtype(dtype).itemsize
@@ -200,7 +200,7 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
         wrong = {name: int(world.reduce_scalar(float((outs[name] != expected).sum()), "sum"))
                  for name in names}
         return [Row(arrays.nbytes(x), len(x), dtype, op, name, seconds[name], world.size,
-                    wrong[name], in_band_limit=validation.IN_BAND_LIMIT) for name in names]
+                    wrong[name], in_band_limit=api.IN_BAND_LIMIT) for name in names]
 
     peers = list(world.peers) if op != "mean" else []  # the peers have no mean
     passes = 2 if world.deferred_torch_peer and op != "mean" else 1

@@ -31,7 +31,7 @@ class Submission:
     name: str
     results: dict[str, Result] = field(default_factory=dict)
     points: dict[str, float] = field(default_factory=dict)  # the most each exercise gives
-    notebook: object = None  # as read (None when it was not a notebook)
+    notebook: object = None  # as read_notebook keeps it (None when it was not a notebook)
 
     @property
     def earned(self) -> float:
@@ -87,10 +87,12 @@ def _utf8(text: str) -> str:
 
 
 def read_notebook(path: Path):
-    """A notebook, or the reason it is not one.  Only a regular file of at most
-    :data:`MAX_NOTEBOOK_BYTES` is read, never through a link: a submissions folder unpacked
-    from students' archives may hold links (to another student's notebook, ``/dev/zero``)
-    or pipes, which would be read as the student's work or never end."""
+    """A notebook, as much of it as grading reads (:func:`_kept`), or the reason it is not
+    one.  Only a regular file of at most :data:`MAX_NOTEBOOK_BYTES` and
+    :data:`MAX_CONTAINERS` JSON objects and lists is read, never through a link: a
+    submissions folder unpacked from students' archives may hold links (to another
+    student's notebook, ``/dev/zero``) or pipes, which would be read as the student's work
+    or never end."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as error:
@@ -118,15 +120,24 @@ def read_notebook(path: Path):
             for c in cells):
         return Result(0.0, "not a readable notebook: a cell without a text source, a type "
                            "and metadata")
-    for cell in cells:  # kept until the run ends: only what grading reads (a 16 MB list of
-        cell["source"] = _utf8(cell["source"])  # floats in metadata kept 180 MB per student)
+    return _kept(nb)
+
+
+def _kept(nb):
+    """Of a notebook read, what grading reads: each cell's type, source (as UTF-8) and the
+    ``exercise``, ``role`` and ``points`` of its mark.  Every notebook is held until the
+    batch ends, and a 16 MB list of floats in a cell's metadata kept 180 MB per student."""
+    node = nbformat().NotebookNode
+    cells = []
+    for cell in nb.cells:
         mark = cell["metadata"].get("allreduce")
-        cell["metadata"] = nbformat().NotebookNode({} if mark is None else {"allreduce": mark})
-        for name in ("outputs", "attachments"):
-            if name in cell:
-                cell[name] = [] if name == "outputs" else {}
-    nb["metadata"] = nbformat().NotebookNode({})
-    return nb
+        kept = {} if not isinstance(mark, dict) else {
+            name: mark[name] for name in ("exercise", "role", "points")
+            if isinstance(mark.get(name), (str, int, float))}
+        cells.append(node({"cell_type": cell["cell_type"], "source": _utf8(cell["source"]),
+                           "metadata": node({"allreduce": node(kept)} if kept else {})}))
+    return node({"nbformat": nb.get("nbformat"), "nbformat_minor": nb.get("nbformat_minor"),
+                 "metadata": node({}), "cells": cells})
 
 
 def quiet_reads(text: str):
@@ -152,9 +163,15 @@ def student_name(path: Path) -> str:
     return name
 
 
+#: Scripts written together in one name (a Japanese name mixes kanji and kana).
+_ONE_SCRIPT = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK"}
+
+
 def _scripts(name: str) -> set[str]:
-    """The scripts of a name's letters (LATIN, CYRILLIC, GREEK, ...), by Unicode name."""
-    return {unicodedata.name(c, "?").split()[0] for c in name if c.isalpha()}
+    """The scripts of a name's letters (LATIN, CYRILLIC, GREEK, CJK, ...), by Unicode name;
+    modifier letters (``ʻ``) belong to none."""
+    words = (unicodedata.name(c, "?").split()[0] for c in name if c.isalpha())
+    return {_ONE_SCRIPT.get(word, word) for word in words if word != "MODIFIER"}
 
 
 def _skeleton(name: str) -> str:
@@ -168,7 +185,8 @@ def student_names(paths: list[Path]) -> list[str]:
     emptied: ``alice\\x1b.ipynb`` beside ``alice.ipynb``), that mixes scripts (a Cyrillic
     ``а`` in ``аlice`` reads as ``alice``), or that reads as another's once case and
     compatibility forms are folded, ends in a digest of its file's own name, so that no
-    report overwrites another's and no row passes for another student's."""
+    report overwrites another's.  (A name wholly in another script that looks Latin, all
+    Cyrillic ``аІісе``, is not caught: that needs Unicode's confusables table.)"""
     def digested(path: Path, name: str) -> str:
         digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:8]
         return f"{name}-{digest}" if name else f"student-{digest}"

@@ -147,13 +147,13 @@ class Judge:
         return warning
 
     def case(self, headers: list[tuple[dict, list]], timeout: float, what: str,
-             expected: dict | None = None) -> Outcome:
+             expected: dict | None = None, dtype: str | None = None) -> Outcome:
         """Send each rank its case and serve it until every rank has answered; with
         ``expected`` (see :class:`~allreduce.grading.matching.Case`), check every message's
         content.  Once a rank has failed, the others get :data:`ERROR_GRACE` seconds to fail
         or stop too, and the lowest failing rank is the one reported (the same rank every
         run)."""
-        state = Case(self, expected)
+        state = Case(self, expected, dtype)
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout

@@ -65,29 +65,31 @@ class Judge(Protocol):
     def send(self, rank: int, header: dict, blobs=()) -> None: ...
 
 
-def _recast(mine: np.ndarray, wanted: bytes) -> str | None:
-    """The other dtype in which ``wanted`` holds exactly ``mine``'s values, if there is one
-    (a message of the right values in the wrong dtype: float64 where the buffer is int64)."""
-    for name in wire.DTYPES:
-        other = np.dtype(name)
-        if other == mine.dtype or len(wanted) != len(mine) * other.itemsize:
-            continue
-        theirs = np.frombuffer(wanted, other)
-        with np.errstate(all="ignore"):
-            if np.array_equal(mine.astype(other), theirs) and np.array_equal(
-                    theirs.astype(mine.dtype), mine):
-                return name
-    return None
+def _recast(mine: np.ndarray, wanted: bytes, dtype: str | None) -> bool:
+    """Whether ``wanted``, read as the buffer's ``dtype``, holds exactly ``mine``'s values in
+    another dtype (a message of the right values in the wrong dtype: float64 copies of an
+    int64 buffer's chunk)."""
+    if dtype is None or np.dtype(dtype) == mine.dtype:
+        return False
+    other = np.dtype(dtype)
+    if len(wanted) != len(mine) * other.itemsize:
+        return False
+    theirs = np.frombuffer(wanted, other)
+    with np.errstate(all="ignore"):
+        return bool(np.array_equal(mine.astype(other), theirs)
+                    and np.array_equal(theirs.astype(mine.dtype), mine))
 
 
 class Case:
     """What the judge knows during one case."""
 
-    def __init__(self, judge: Judge, expected: dict | None = None):
+    def __init__(self, judge: Judge, expected: dict | None = None, dtype: str | None = None):
         """``expected``: for each ``(source, dest)``, the bytes of each non-empty message the
         taught algorithm sends there, given this case's inputs
-        (:func:`allreduce.lab.patterns.payloads`); ``None``: contents are not checked."""
+        (:func:`allreduce.lab.patterns.payloads`); ``None``: contents are not checked.
+        ``dtype``: the buffer's, which those messages are in (to name a message in another)."""
         self.judge, size = judge, judge.size
+        self.dtype = dtype
         self.expected, self.content = expected, None
         self.compared: dict[tuple[int, int], int] = defaultdict(int)
         self.events: list[list[Event]] = [[] for _ in range(size)]
@@ -181,10 +183,10 @@ class Case:
             return
         item = np.dtype(dtype).itemsize
         mine = np.frombuffer(data, dtype)
-        if (other := _recast(mine, wanted[index])) is not None:
+        if _recast(mine, wanted[index], self.dtype):
             self.content = (f"{what} carried {dtype} data where the taught algorithm sends "
-                            f"{other}, the buffer's own dtype, with the same values: send "
-                            "slices of buf (or arrays of its dtype)")
+                            f"{self.dtype}, the buffer's own dtype, with the same values: "
+                            "send slices of buf (or arrays of its dtype)")
             return
         theirs = np.frombuffer(wanted[index][: len(wanted[index]) // item * item], dtype)
         common = min(len(mine), len(theirs))

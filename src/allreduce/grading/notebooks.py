@@ -142,7 +142,13 @@ def spec(nb, exercise: str) -> Spec:
 
 
 def specs(nb) -> list[Spec]:
-    return [spec(nb, name) for name in exercises(nb)]
+    """Every exercise's :func:`spec`; a check call missing an argument is a ``ValueError``
+    (a student's edited check cell, read by ``--self``)."""
+    try:
+        return [spec(nb, name) for name in exercises(nb)]
+    except (IndexError, KeyError, AttributeError) as error:
+        raise ValueError(f"a check cell's lab.check call is missing something "
+                         f"({type(error).__name__}: {error})") from None
 
 
 # -- the code a run needs -------------------------------------------------------------------------
@@ -159,12 +165,15 @@ def python_source(source: str) -> str:
     """A cell's source as plain Python, each line where it was (a message's line numbers are
     the cell's own).  As IPython reads it: lines end at newlines only (a comment may hold
     U+2028, which ``str.splitlines`` would break), and a cell magic is the first line that
-    is not blank, whose line is blanked when its body is Python (:data:`PYTHON_CELL_MAGICS`).
+    is not blank, whose line is blanked when its body is Python (:data:`PYTHON_CELL_MAGICS`),
+    and whose whole cell is blank otherwise (``%%writefile``: JupyterLab runs no Python).
     Line magics are left to the run (:func:`allreduce.grading.rank.without_line_magics`):
     nothing here parses a submission's code."""
     lines = source.replace("\r\n", "\n").split("\n")
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is not None and lines[first].lstrip().startswith(PYTHON_CELL_MAGICS):
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        if not lines[first].lstrip().startswith(PYTHON_CELL_MAGICS):
+            return "\n" * (len(lines) - 1)  # %%writefile, %%bash: no Python runs in JupyterLab
         lines[first] = ""
     return "\n".join(lines)
 

@@ -124,9 +124,10 @@ def broke(function: str, error: BaseException) -> str:
 
 def _seed(spec: Spec, code: Code) -> int:
     """The seed of a run's inputs: a digest of this machine's grading secret (made once, in
-    the instructor's ~/.cache/allreduce, never in a sandbox), the exercise and the
-    submission's solution cells and their places.  A student cannot know the inputs beforehand, and grading the
-    same submission again gives the same inputs, so the same messages in every report."""
+    the instructor's ~/.cache/allreduce, never in a sandbox) and of all a run is given: the
+    exercise, the lab's code, the submission's solution cells and their places.  A student
+    cannot know the inputs beforehand, and grading the same submission again gives the same
+    inputs, so the same messages in every report."""
     import hashlib
 
     folder = Path.home() / ".cache" / "allreduce"
@@ -164,8 +165,10 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
             headers.append(({"op": "case", "n": n, "size": RANKS,
                              "given": wire.encode(given[rank], blobs)}, blobs))
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
+        buffer = given[0].get("buf")
         outcome = judge.case(headers, timeout, f"{spec.function} for n = {n}",
-                             payloads(spec.pattern, given))
+                             payloads(spec.pattern, given),
+                             None if buffer is None else buffer.dtype.name)
         problems = []
         for rank, (header, blobs) in enumerate(outcome.results):
             if header.get("violation"):

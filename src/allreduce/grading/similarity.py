@@ -36,7 +36,7 @@ _KEEP = set(keyword.kwlist) | set(dir(builtins))
 
 #: Lines longer than this are not tokenized as Python: Python's tokenizer takes time that
 #: grows with the square of a line's length on some (64,000 characters of ``"a\\`` took
-#: 69 s, outside every sandbox); such a source is compared by its words.
+#: 69 s, outside every sandbox); such a line is compared by its words.
 LONGEST_LINE = 1000
 
 
@@ -49,8 +49,10 @@ def normalise(source: str, names: dict[str, str] | None = None) -> list[str]:
     names = {} if names is None else names
     tokens, previous = [], ""
     lines = source.split("\n")
-    if any(len(line) > LONGEST_LINE for line in lines):
-        return source.split()
+    long = [line for line in lines if len(line) > LONGEST_LINE]
+    if long:  # blanked where they are, and their words added at the end
+        lines = ["" if len(line) > LONGEST_LINE else line for line in lines]
+        source = "\n".join(lines)
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type in _SKIP:
@@ -62,8 +64,8 @@ def normalise(source: str, names: dict[str, str] | None = None) -> list[str]:
             previous = token.string
     except (tokenize.TokenError, IndentationError, SyntaxError) as error:
         line = error.args[1][0] if isinstance(error, tokenize.TokenError) else error.lineno
-        tokens += "\n".join(lines[line:] if line else []).split()
-    return tokens
+        tokens += "\n".join(lines[line - 1:] if line else []).split()  # from the bad line on
+    return tokens + [word for line in long for word in line.split()]
 
 
 def normalise_cells(sources: list[str]) -> list[str]:

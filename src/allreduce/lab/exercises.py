@@ -78,9 +78,18 @@ def _models_given() -> dict:
             "formulas": {name: asdict(cost.FORMULAS[name]) for name in CANDIDATES}}
 
 
+def _model_of(machine, named: dict):
+    """The :class:`allreduce.cost.Model` of a case's machine: a name in ``named`` (of models,
+    or of their fields), or a drawn machine's fields."""
+    from .. import cost
+
+    found = named[machine] if isinstance(machine, str) else machine
+    return found if isinstance(found, cost.Model) else cost.Model(**found)
+
+
 def _model(given: dict, machine):
-    """The :class:`allreduce.cost.Model` of ``machine`` (a name, or a drawn machine's
-    fields), with the candidates' formulas registered where nothing has registered them."""
+    """:func:`_model_of` where the student's function runs, with the candidates' formulas
+    registered where nothing has registered them."""
     from .. import cost
 
     for name, fields in given["formulas"].items():
@@ -88,17 +97,11 @@ def _model(given: dict, machine):
             cost.FORMULAS[name] = cost.Formula(
                 fields["steps"], fields["bytes"], fields["reduced"],
                 tuple(map(tuple, fields["constants"])), tuple(map(tuple, fields["options"])))
-    return cost.Model(**(machine if isinstance(machine, dict) else given["models"][machine]))
+    return _model_of(machine, given["models"])
 
 
-def _machine(machine):
-    """The model of a case's machine, on the judging side."""
-    from .. import cost
-
-    return cost.Model(**machine) if isinstance(machine, dict) else _check_models()[machine]
-
-
-def _shown(machine) -> str:
+def _machine_named(machine) -> str:
+    """A case's machine as a message names it."""
     if not isinstance(machine, dict):
         return machine
     return (f"alpha = {machine['alpha'] * 1e6:.3g} us, 1/beta = {1e-9 / machine['beta']:.3g} "
@@ -128,7 +131,7 @@ def _choice_verdict(cases, results) -> str:
     from ..algorithms.auto import CANDIDATES
 
     for (machine, p, nbytes), got in zip(cases, results, strict=True):
-        model = _machine(machine)
+        model = _model_of(machine, _check_models())
         times = {name: model.time(name, p, nbytes) for name in CANDIDATES}
         if not isinstance(got, str) or got not in times:
             raise AssertionError(f"p = {p}, n = {nbytes} B: got {got!r}, expected one "
@@ -136,7 +139,8 @@ def _choice_verdict(cases, results) -> str:
         if times[got] > min(times.values()):
             best = min(times, key=times.get)
             raise AssertionError(
-                f"{_shown(machine)}, p = {p}, n = {nbytes} B: {got} is predicted to take "
+                f"{_machine_named(machine)}, p = {p}, n = {nbytes} B: {got} is predicted to "
+                f"take "
                 f"{times[got] * 1e6:.3g} us, but {best} takes {times[best] * 1e6:.3g} us")
     return f"choose_algorithm: the fastest candidate in all {len(cases)} cases"
 
@@ -161,17 +165,21 @@ def _crossover_verdict(cases, results) -> str:
     from .. import cost
 
     for (machine, p), got in zip(cases, results, strict=True):
-        want = cost.crossover(_machine(machine), "recursive_doubling", "rabenseifner", p)
+        want = cost.crossover(_model_of(machine, _check_models()), "recursive_doubling",
+                              "rabenseifner", p)
         if want is None or got is None:
             if want is not got:
-                raise AssertionError(f"{_shown(machine)}, p = {p}: got {got!r}, "
+                raise AssertionError(f"{_machine_named(machine)}, p = {p}: got {got!r}, "
                                      f"expected {want!r}")
             continue
         if not isinstance(got, (int, float)) or not np.isclose(got, want, rtol=1e-6):
             shown = f"{got:.6g} B" if isinstance(got, (int, float)) else repr(got)
-            raise AssertionError(f"{_shown(machine)}, p = {p}: got {shown}, bisection of the "
+            raise AssertionError(f"{_machine_named(machine)}, p = {p}: got {shown}, bisection "
+                                 f"of the "
                                  f"model gives {want:.6g} B")
-    return "doubling_crossover: agrees with the model's bisection on 3 machines, p = 2 to 4,096"
+    machines = len({str(machine) for machine, _ in cases})
+    return (f"doubling_crossover: agrees with the model's bisection on {machines} machines, "
+            f"p = {min(p for _, p in cases):,} to {max(p for _, p in cases):,}")
 
 
 #: Check cell for the exercise ``doubling_crossover(model, p)``: the closed-form size in
@@ -205,7 +213,8 @@ def _busbw_verdict(cases, results) -> str:
             shown = f"{got:.6g} B/s" if isinstance(got, (int, float)) else repr(got)
             raise AssertionError(f"p = {p}, n = {nbytes} B in {seconds} s: got {shown}, "
                                  f"expected {want:.6g} B/s")
-    return "busbw: agrees with nccl-tests' definition for p = 1 to 1,024"
+    return (f"busbw: agrees with nccl-tests' definition for p = {min(c[2] for c in cases):,} "
+            f"to {max(c[2] for c in cases):,}")
 
 
 #: Check cell for the exercise ``busbw(nbytes, seconds, p)`` (chapter "Allreduce on GPUs:

@@ -60,9 +60,9 @@ def _feedback_cases():
     return cases + _feedback_secret(np.random.default_rng(6))
 
 
-def _feedback_secret(rng, count: int = 30):
+def _feedback_secret(rng):
     cases = []
-    for _ in range(count):
+    for _ in range(30):
         n = int(rng.integers(1, 50))
         gradient = [float(x) for x in rng.integers(-40, 40, n) / 8]
         residual = [float(x) for x in rng.integers(-40, 40, n) / 8]
