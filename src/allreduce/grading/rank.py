@@ -208,12 +208,11 @@ def _compiled(source: str, name: str):
     IPython would (:func:`without_line_magics`)."""
     try:
         return compile(source, name, "exec")
-    except SyntaxError:
+    except SyntaxError as error:
         try:
             return compile(without_line_magics(source), name, "exec")
         except SyntaxError:
-            pass
-        raise
+            raise error from None  # the cell's own error, not the rewritten one's
 
 
 def _cells(setup: dict) -> str:

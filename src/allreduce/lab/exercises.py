@@ -111,7 +111,8 @@ def _machine_named(machine) -> str:
 def _drawn_machine(rng) -> dict:
     """A machine no one knows before the run: α from 0.1 to 100 µs, 1/β from 1 to 400 GB/s,
     1/γ from 1 to 1,000 GB/s."""
-    return {"alpha": float(10 ** rng.uniform(-7, -4)), "beta": float(10 ** rng.uniform(-11.6, -9)),
+    return {"alpha": float(10 ** rng.uniform(-7, -4)),
+            "beta": float(10 ** rng.uniform(-11.6, -9)),
             "gamma": float(10 ** rng.uniform(-12, -9)), "overhead": 0.0}
 
 
@@ -140,8 +141,7 @@ def _choice_verdict(cases, results) -> str:
             best = min(times, key=times.get)
             raise AssertionError(
                 f"{_machine_named(machine)}, p = {p}, n = {nbytes} B: {got} is predicted to "
-                f"take "
-                f"{times[got] * 1e6:.3g} us, but {best} takes {times[best] * 1e6:.3g} us")
+                f"take {times[got] * 1e6:.3g} us, but {best} takes {times[best] * 1e6:.3g} us")
     return f"choose_algorithm: the fastest candidate in all {len(cases)} cases"
 
 
@@ -175,8 +175,7 @@ def _crossover_verdict(cases, results) -> str:
         if not isinstance(got, (int, float)) or not np.isclose(got, want, rtol=1e-6):
             shown = f"{got:.6g} B" if isinstance(got, (int, float)) else repr(got)
             raise AssertionError(f"{_machine_named(machine)}, p = {p}: got {shown}, bisection "
-                                 f"of the "
-                                 f"model gives {want:.6g} B")
+                                 f"of the model gives {want:.6g} B")
     machines = len({str(machine) for machine, _ in cases})
     return (f"doubling_crossover: agrees with the model's bisection on {machines} machines, "
             f"p = {min(p for _, p in cases):,} to {max(p for _, p in cases):,}")
