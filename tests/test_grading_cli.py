@@ -369,3 +369,10 @@ def test_names_that_read_as_another_students_are_told_apart():
                                                  "\u5c71\u7530\u306f\u306a", "Ka\u02bbiulani"]
     assert all(re.fullmatch(r".+-[0-9a-f]{8}", name) for name in names[1:5]), names
     assert len({name.casefold() for name in names}) == len(names)
+    # a name wholly in Cyrillic that reads as a Latin one (Unicode's confusables), and the
+    # Latin capital I that reads as l: each pair is told apart; Иван and Ivan are not alike
+    alike = ["alice", "\u0430\u0406\u0456\u0441\u0435", "Alan", "AIan", "Ivan",
+             "\u0418\u0432\u0430\u043d", "\u0391\u03bd\u03bd\u03b1", "Anna"]
+    names = student_names([Path(f"{name}.ipynb") for name in alike])
+    assert all(re.fullmatch(r".+-[0-9a-f]{8}", name) for name in names[:4]), names
+    assert names[4:6] == alike[4:6] and names[6:] == alike[6:], names

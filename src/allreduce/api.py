@@ -105,21 +105,23 @@ def allreduce(
         # auto chooses now, before the check, so that ranks which would choose differently
         # raise together (the choice is part of what they check) instead of hanging
         options = plan.options
+        nbytes = arrays.nbytes(x)
         if algorithm == "auto":
-            call.resolved, chosen = resolve(arrays.nbytes(x), communicator.size,
-                                            call.ranks_per_node)
+            call.resolved, chosen = resolve(nbytes, communicator.size, call.ranks_per_node)
             options = chosen  # resolve() keeps its answers: never changed here
         reduce_op = plan.reduce_op
-        result = arrays.new_like(x) if out is None else out
         # the algorithms reduce a flat contiguous buffer in place: the result's own memory
         # when it is contiguous, otherwise a staging copy that is written back at the end
         # (and when out overlaps x without being x, which the algorithms would overwrite
         # before they read it)
-        aliased = out is not None and out is not x and arrays.overlaps(out, x)
-        staging = result if arrays.is_contiguous(result) and not aliased else arrays.new_like(x)
+        if out is None:
+            result = staging = arrays.new_like(x)
+        else:
+            result = out
+            staging = out if arrays.is_contiguous(out) and (
+                out is x or not arrays.overlaps(out, x)) else arrays.new_like(x)
         buffer = communicator.native(arrays.flat_view(staging))
-        if in_band and call.resolved == "recursive_doubling" and \
-                arrays.nbytes(x) <= IN_BAND_LIMIT:
+        if in_band and nbytes <= IN_BAND_LIMIT and call.resolved == "recursive_doubling":
             carried = arrays.host_view(communicator.native(x))
         if carried is not None:
             carried = carried.reshape(-1)  # x's memory, or a flat copy if x is strided
@@ -179,9 +181,9 @@ def _keep(communicator: Communicator, key: tuple, plan: _Plan) -> None:
 
 def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
     """Everything :func:`~allreduce.validation.describe` checks but the communicator, as a
-    key: the types of ``x`` and ``out`` and the shape, dtype and device of each, the op,
-    algorithm, servers and layout options; ``None`` (no plan) for a call whose arguments
-    cannot be keyed."""
+    key: the types of ``x`` and ``out``, the shape, dtype and device of each and what says
+    whether ``out`` may be written, the op, algorithm, servers and layout options; ``None``
+    (no plan) for a call whose arguments cannot be keyed."""
     kind = type(x)
     if kind is not np.ndarray and not arrays.is_tensor(x):
         return None
@@ -193,9 +195,10 @@ def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
             return None
     if out is None:
         given = None
-    elif type(out) is kind:  # and whether it may be written (read-only, broadcast)
-        try:
-            given = out.shape, out.dtype, out.device, arrays.problem(out, written=True) is None
+    elif type(out) is kind:  # and what says whether it may be written: the flag (numpy),
+        try:  # and the strides (a broadcast view has a zero stride): arrays.problem's tests
+            given = (out.shape, out.dtype, out.device, *((out.flags.writeable, out.strides)
+                     if kind is np.ndarray else (out.stride(),)))
         except Exception:  # noqa: BLE001 - describe() reports it, on every rank
             return None
     else:

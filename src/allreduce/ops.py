@@ -57,7 +57,13 @@ def check_op_for_dtype(op: str, dtype: str) -> None:
         )
 
 
+#: The numpy function of each operator's ``combine``, looked up once (a call's hot path).
+_NUMPY = {op.combine: getattr(np, op.combine) for op in OPS.values()}
+
+
 def _function(op: Op, array):
+    if type(array) is np.ndarray:
+        return _NUMPY[op.combine]
     if isinstance(array, np.ndarray):
         return getattr(np, op.combine)
     import torch

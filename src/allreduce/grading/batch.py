@@ -174,19 +174,42 @@ def _scripts(name: str) -> set[str]:
     return {_ONE_SCRIPT.get(word, word) for word in words if word != "MODIFIER"}
 
 
-def _skeleton(name: str) -> str:
-    """What two names that read alike share: compatibility forms and case folded (``Alice``
-    and ``alice`` are one file on a file system that ignores case)."""
+def _folded(name: str) -> str:
+    """What two names one file on a file system that ignores case share: compatibility
+    forms and case folded (``Alice`` and ``alice``)."""
     return unicodedata.normalize("NFKC", name).casefold()
+
+
+#: The Cyrillic and Greek letters that Unicode's confusables data (UTS #39, as the
+#: ``confusable-homoglyphs`` 3.3.1 package ships it) lists as look-alikes of one Latin
+#: letter, by that letter: enough that a name wholly in those scripts which reads as a
+#: Latin one (all-Cyrillic ``аІісе``) is caught.  Latin ``I`` reads as ``l`` there too.
+_LOOK_ALIKES = {
+    "a": "αа", "b": "Ь", "c": "ϲс", "d": "ԁ", "e": "еҽ", "h": "һ", "i": "ιιͺіꙇӏ",
+    "j": "ϳј", "l": "IΙІӀ", "o": "οσо", "p": "ρϱр", "q": "ԛ", "r": "ᴦг", "s": "ѕ", "u": "υ",
+    "v": "νѵ", "w": "ѡԝ", "x": "х", "y": "γуү",
+    "A": "ΑА", "B": "ΒВ", "C": "ϹС", "E": "ΕЕ", "F": "Ϝ", "G": "Ԍ", "H": "ΗН", "J": "ͿЈ",
+    "K": "ΚК", "M": "ΜϺМ", "N": "Ν", "O": "ΟО", "P": "ΡР", "S": "Ѕ", "T": "ΤТ", "V": "Ѵ",
+    "W": "Ԝ", "X": "ΧХ", "Y": "ΥϒУҮ", "Z": "Ζ",
+}
+_AS_LATIN = str.maketrans({alike: latin for latin, alikes in _LOOK_ALIKES.items()
+                           for alike in alikes})
+
+
+def _looks(name: str) -> str:
+    """What two names that look alike share: compatibility forms folded and the letters of
+    :data:`_LOOK_ALIKES` read as Latin (case kept: ``I`` and ``l`` look alike, ``i`` and
+    ``l`` do not)."""
+    return unicodedata.normalize("NFKC", name).translate(_AS_LATIN)
 
 
 def student_names(paths: list[Path]) -> list[str]:
     """Each submission's :func:`student_name`, told apart: a name that cleaning changed (or
     emptied: ``alice\\x1b.ipynb`` beside ``alice.ipynb``), that mixes scripts (a Cyrillic
     ``а`` in ``аlice`` reads as ``alice``), or that reads as another's once case and
-    compatibility forms are folded, ends in a digest of its file's own name, so that no
-    report overwrites another's.  (A name wholly in another script that looks Latin, all
-    Cyrillic ``аІісе``, is not caught: that needs Unicode's confusables table.)"""
+    compatibility forms are folded (:func:`_folded`) or look-alike letters read as Latin
+    (:func:`_looks`: all-Cyrillic ``аІісе``), ends in a digest of its file's own name, so that
+    no report overwrites another's and no two rows read alike."""
     def digested(path: Path, name: str) -> str:
         digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:8]
         return f"{name}-{digest}" if name else f"student-{digest}"
@@ -194,9 +217,9 @@ def student_names(paths: list[Path]) -> list[str]:
     told = [name if name == path.stem and name and len(_scripts(name)) <= 1
             else digested(path, name)
             for path, name in ((path, student_name(path)) for path in paths)]
-    counts = Counter(map(_skeleton, told))
-    return [digested(path, name) if counts[_skeleton(name)] > 1 else name
-            for path, name in zip(paths, told)]
+    folded, looks = Counter(map(_folded, told)), Counter(map(_looks, told))
+    return [digested(path, name) if folded[_folded(name)] > 1 or looks[_looks(name)] > 1
+            else name for path, name in zip(paths, told)]
 
 
 def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
