@@ -11,7 +11,8 @@ import pytest
 from allreduce import bench
 from conftest import run_launcher
 
-ARGS = ["-b", "1K", "-e", "16K", "-f", "4", "-a", "ring,auto", "-n", "2", "-w", "1"]
+ARGS = ["-b", "1K", "-e", "16K", "-f", "4", "-a", "ring,auto", "-n", "2", "-w", "1",
+        "--least-timed", "0.01"]
 
 
 def test_sizes_read_like_nccl_tests():
@@ -22,8 +23,25 @@ def test_sizes_read_like_nccl_tests():
         bench.parse_size("lots")
 
 
+def test_a_short_call_is_timed_for_the_least_time_a_long_one_for_n_iterations():
+    """``--least-timed``: each call gets at least ``-n`` iterations, and more, up to the
+    most, where ``-n`` of them take less than the least time."""
+    import time
+
+    from allreduce.bench.timing import enough
+
+    calls = {"instant": lambda: None, "2 ms": lambda: time.sleep(0.002)}
+    counts = enough(calls, 2, 0.02, 50, barrier=lambda: None, slowest=lambda t: t, probes=3,
+                    warm=True)
+    assert counts["instant"] == 50  # 0.02 s of a no-op is more than the most
+    assert 2 <= counts["2 ms"] <= 10  # 0.02 s of 2 ms calls, a sleep overshooting
+    assert enough(calls, 30, 0.02, 50, barrier=lambda: None, slowest=lambda t: t) == {
+        "instant": 50, "2 ms": 30}  # never fewer than asked for
+
+
 def _check_output(stdout: str, peers: list[str], csv_path, json_path, one_rank=False):
     assert "#wrong" in stdout and "busbw" in stdout and "vs best peer" in stdout
+    assert "so that each is timed for 0.01 s or more" in stdout
     rows = list(csv.DictReader(csv_path.open()))
     names = [*peers, "ring", "auto"]
     assert [(int(r["nbytes"]), r["name"]) for r in rows] == [

@@ -8,7 +8,7 @@ from pathlib import Path
 from .progress import Progress
 from .record import _plot, fit_model, format_table
 from .sweep import sweep
-from .table import _World, run_table
+from .table import MOST_ITERATIONS, _World, run_table
 from .timing import ROUNDS
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -109,6 +109,12 @@ def _parser(sparse: bool):
         parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
         parser.add_argument("-d", "--dtype", default="float32",
                             help="float16, float32, float64, int32 or int64")
+        from .table import LEAST_TIMED, MOST_ITERATIONS
+
+        parser.add_argument("--least-timed", type=float, default=LEAST_TIMED, metavar="SECONDS",
+                            help="time each call at a size for at least this long: more "
+                                 f"iterations (up to {MOST_ITERATIONS:,}) for short calls; "
+                                 "0 for exactly -n")
     parser.add_argument("-n", "--iters", type=int, default=20,
                         help="timed iterations (with --sparse, at least that many per call)")
     parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
@@ -206,7 +212,8 @@ def _main(argv: list[str] | None = None) -> int:
 
     try:
         rows = run_table(world, algorithms, sizes, dtype=args.dtype, op=args.op,
-                         iterations=args.iters, warmup=args.warmup_iters, progress=progress)
+                         iterations=args.iters, warmup=args.warmup_iters,
+                         least_timed=args.least_timed, progress=progress)
     finally:
         bar.close()
         world.close()
@@ -215,9 +222,11 @@ def _main(argv: list[str] | None = None) -> int:
     in_band = world.mpi is not None and as_communicator(world.comm).receives_any_length
     model, rows = fit_model(rows, list(world.peers), in_band=in_band)
     print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
-          f"{args.warmup_iters} warm-up + {args.iters} timed iterations in "
-          f"{min(ROUNDS, args.iters)} interleaved rounds; time = median over rounds of the "
-          "slowest rank's mean per call")
+          f"{args.warmup_iters} warm-up + at least {args.iters} timed iterations per call"
+          + (f", more (up to {MOST_ITERATIONS:,}) so that each is timed for "
+             f"{args.least_timed:g} s or more" if args.least_timed else "")
+          + f", in {min(ROUNDS, args.iters)} interleaved rounds; time = median over rounds of "
+          "the slowest rank's mean per call")
     print(format_table(rows, list(world.peers)))
     if "auto" in algorithms:
         print(_auto_model_line())

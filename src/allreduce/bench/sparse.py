@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sparse_inputs import SOURCES, inputs
-from .timing import PEER, _interleaved, _slowest, blocks
+from .timing import PEER, _interleaved, _slowest, blocks, enough
 
 DENSE_RING = "ring (densified)"
 GLOO = "torch gloo sparse"
@@ -175,21 +175,11 @@ ROUNDS = 7
 
 
 def _enough(comm, calls: dict, iterations: int, least_timed: float) -> dict[str, int]:
-    """The timed iterations of each of ``calls`` (name → function) at one density: at least
-    ``iterations`` and :data:`ROUNDS`, and enough for the call (run once here, as a probe,
-    slowest rank) to be timed for ``least_timed`` seconds, at most
-    :data:`MOST_ITERATIONS`; the same on every rank.  A probe is a call's first, cold, so it
-    can only overstate the time and ask for fewer."""
-    least = max(iterations, ROUNDS)
-    counts = {}
-    for name, call in calls.items():
-        comm.Barrier()
-        start = time.perf_counter()
-        call()
-        probe = _slowest(comm, time.perf_counter() - start)
-        wanted = int(np.ceil(least_timed / probe)) if probe > 0 else least
-        counts[name] = max(least, min(MOST_ITERATIONS, wanted))
-    return counts
+    """The timed iterations of each of ``calls`` at one density (:func:`~.timing.enough`):
+    at least ``iterations`` and :data:`ROUNDS`, enough for ``least_timed`` seconds, at most
+    :data:`MOST_ITERATIONS`, each probed by one call, its first (cold)."""
+    return enough(calls, max(iterations, ROUNDS), least_timed, MOST_ITERATIONS,
+                  barrier=comm.Barrier, slowest=lambda t: _slowest(comm, t))
 
 
 def _timed_local(per_call: list[float], iterations: int, warmup: int) -> float:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .timing import PEER, _interleaved
+from .timing import PEER, _interleaved, enough
+
 
 @dataclass(frozen=True)
 class Row:
@@ -148,10 +149,26 @@ def _torch_all_reduce(x, out, op: str) -> None:
     dist.all_reduce(out, op=ops[op])
 
 
+#: The least time, in seconds, that ``allreduce-bench`` times each call at a size for by
+#: default (``--least-timed``): a short call gets more than ``-n`` iterations, up to
+#: :data:`MOST_ITERATIONS`.  With ``-n 20`` alone a 1 KiB call was timed on 20 calls, about
+#: a millisecond in all, in blocks of four after a barrier, and ``auto``'s ratio to
+#: ``MPI_Allreduce`` there was 0.48-0.56 in three runs (2026-11-26) where runs of 3,000
+#: iterations gave 0.55-0.68 (median 0.61) and a harness that alternates them gave 0.61-0.68.
+LEAST_TIMED = 0.2
+MOST_ITERATIONS = 10_000
+#: Calls timed together to probe a call's time (:func:`~allreduce.bench.timing.enough`),
+#: after one untimed call.
+PROBES = 3
+
+
 def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: str = "float32",
-              op: str = "sum", iterations: int = 20, warmup: int = 5, progress=None) -> list[Row]:
+              op: str = "sum", iterations: int = 20, warmup: int = 5, least_timed: float = 0.0,
+              progress=None) -> list[Row]:
     """Time every algorithm and every peer at every size, in interleaved rounds
-    (:func:`_interleaved`; collective); every rank gets the rows.  Each result is compared
+    (:func:`_interleaved`; collective); every rank gets the rows.  Each call is timed
+    ``iterations`` times, or more if that takes less than ``least_timed`` seconds
+    (:data:`LEAST_TIMED` from the command line).  Each result is compared
     with the first peer's, element by element (#wrong).
     Under MPI the torch peer is timed last, over all sizes (see
     :meth:`_World.enable_torch_peer`)."""
@@ -194,9 +211,12 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
                     world.synchronize()
             return call
 
-        seconds = _interleaved({name: call_of(name) for name in names}, iterations, warmup,
-                               barrier=world.barrier,
-                               slowest=lambda t: world.reduce_scalar(t, "max"))
+        calls = {name: call_of(name) for name in names}
+        slowest = lambda t: world.reduce_scalar(t, "max")
+        counts = iterations if not least_timed else enough(
+            calls, iterations, least_timed, MOST_ITERATIONS, barrier=world.barrier,
+            slowest=slowest, probes=PROBES, warm=True)
+        seconds = _interleaved(calls, counts, warmup, barrier=world.barrier, slowest=slowest)
         wrong = {name: int(world.reduce_scalar(float((outs[name] != expected).sum()), "sum"))
                  for name in names}
         return [Row(arrays.nbytes(x), len(x), dtype, op, name, seconds[name], world.size,

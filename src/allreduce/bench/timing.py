@@ -126,6 +126,27 @@ def blocks(iterations: int, rounds: int = ROUNDS) -> list[int]:
     return [iterations // rounds + (index < iterations % rounds) for index in range(rounds)]
 
 
+def enough(calls: dict, iterations: int, least_timed: float, most: int, *, barrier, slowest,
+           probes: int = 1, warm: bool = False) -> dict[str, int]:
+    """The timed iterations of each of ``calls`` (name → function): at least ``iterations``,
+    and enough for the call to be timed for ``least_timed`` seconds in all, at most ``most``;
+    the same on every rank.  A call's time is probed here: ``probes`` calls timed as one
+    block after a barrier (the slowest rank's), after one untimed call when ``warm``.  A
+    probe that runs cold can only overstate the time, and ask for fewer."""
+    counts = {}
+    for name, call in calls.items():
+        if warm:
+            call()
+        barrier()
+        start = time.perf_counter()
+        for _ in range(probes):
+            call()
+        probe = slowest(time.perf_counter() - start) / probes
+        wanted = int(np.ceil(least_timed / probe)) if probe > 0 else iterations
+        counts[name] = max(iterations, min(most, wanted))
+    return counts
+
+
 def _interleaved(calls: dict, iterations, warmup: int, *, barrier, slowest,
                  rounds: int = ROUNDS, seed=(), rewarm: bool = False) -> dict:
     """Seconds per call of each of ``calls`` (name → function): the median, over rounds,
