@@ -100,3 +100,14 @@ def test_a_run_under_mpiexec_logs_plain_progress_and_no_inf(venv_bin):
 def test_a_rate_the_fit_left_at_zero_is_not_measured():
     assert cli._per_second(0.0) == "not measured"
     assert cli._per_second(1e-9) == "1.00 GB/s"
+
+
+def test_least_timed_takes_a_finite_number_of_seconds():
+    """``--least-timed nan`` ran every probe and then failed in the arithmetic; a negative or
+    infinite time means nothing either: the parser refuses them."""
+    import argparse
+
+    assert cli._seconds("0") == 0.0 and cli._seconds("0.25") == 0.25
+    for bad in ("nan", "inf", "-1", "soon"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a number of seconds"):
+            cli._seconds(bad)

@@ -371,8 +371,16 @@ def test_names_that_read_as_another_students_are_told_apart():
     assert len({name.casefold() for name in names}) == len(names)
     # a name wholly in Cyrillic that reads as a Latin one (Unicode's confusables), and the
     # Latin capital I that reads as l: each pair is told apart; Иван and Ivan are not alike
+    # and a Latin name in another case (Alice, all-Cyrillic), and Greek letters that NFKC
+    # would turn into others (lunate sigma ϲ, read as c)
     alike = ["alice", "\u0430\u0406\u0456\u0441\u0435", "Alan", "AIan", "Ivan",
-             "\u0418\u0432\u0430\u043d", "\u0391\u03bd\u03bd\u03b1", "Anna"]
+             "\u0418\u0432\u0430\u043d", "\u0391\u03bd\u03bd\u03b1", "Anna", "Bob",
+             "\u0432\u043e\u0432", "cop", "\u03f2\u03bf\u03c1", "Mark",
+             "\u041c\u0430\u0440\u043a"]
     names = student_names([Path(f"{name}.ipynb") for name in alike])
-    assert all(re.fullmatch(r".+-[0-9a-f]{8}", name) for name in names[:4]), names
-    assert names[4:6] == alike[4:6] and names[6:] == alike[6:], names
+    digested = [bool(re.fullmatch(r".+-[0-9a-f]{8}", name)) for name in names]
+    assert digested == [True] * 4 + [False] * 6 + [True] * 2 + [False] * 2, names
+    assert [name for name, d in zip(names, digested) if not d] == [
+        name for name, d in zip(alike, digested) if not d]
+    assert student_names([Path("Alice.ipynb"), Path("\u0430\u0406\u0456\u0441\u0435.ipynb")]) \
+        != ["Alice", "\u0430\u0406\u0456\u0441\u0435"]

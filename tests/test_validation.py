@@ -269,6 +269,9 @@ CACHE_CASES = [
     ("broadcast out", lambda c: allreduce.allreduce(np.ones((3, 4)), c, out=np.ones((3, 4))),
      lambda c: allreduce.allreduce(np.ones((3, 4)), c, out=_broadcast_writable(3, 4)),
      r"out has several elements on one address"),
+    ("expanded tensor out", lambda c: allreduce.allreduce(_torch_ones(4), c, out=_torch_ones(4)),
+     lambda c: allreduce.allreduce(_torch_ones(4), c, out=_torch_ones(1).expand(4)),
+     r"out has several elements on one address"),
     ("writability of x in place", lambda c: (lambda x: allreduce.allreduce(x, c, out=x))(
         np.ones(4)),
      lambda c: (lambda x: allreduce.allreduce(x, c, out=x))(_read_only(4)),

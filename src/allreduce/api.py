@@ -181,7 +181,7 @@ def _keep(communicator: Communicator, key: tuple, plan: _Plan) -> None:
 
 def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
     """Everything :func:`~allreduce.validation.describe` checks but the communicator, as a
-    key: the types of ``x`` and ``out``, the shape, dtype and device of each and what says
+    key: the types of ``x`` and ``out``, the shape, dtype, device and strides of each and
     whether ``out`` may be written, the op, algorithm, servers and layout options; ``None``
     (no plan) for a call whose arguments cannot be keyed."""
     kind = type(x)
@@ -203,8 +203,10 @@ def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
             return None
     else:
         return None
-    try:  # the options' types too: ranks_per_node=True equals 1 as a key, but is refused
-        key = (kind, x.shape, x.dtype, x.device, given, op, algorithm, servers,
+    try:  # x's strides (a transport may refuse a layout: torch.from_numpy, negative ones),
+        # and the options' types: ranks_per_node=True equals 1 as a key, but is refused
+        strides = x.strides if kind is np.ndarray else x.stride()
+        key = (kind, x.shape, x.dtype, x.device, strides, given, op, algorithm, servers,
                type(servers), ranks_per_node, type(ranks_per_node), nodes, inner)
         hash(key)
     except (AttributeError, TypeError):

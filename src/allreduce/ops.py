@@ -62,10 +62,8 @@ _NUMPY = {op.combine: getattr(np, op.combine) for op in OPS.values()}
 
 
 def _function(op: Op, array):
-    if type(array) is np.ndarray:
-        return _NUMPY[op.combine]
     if isinstance(array, np.ndarray):
-        return getattr(np, op.combine)
+        return _NUMPY.get(op.combine) or getattr(np, op.combine)  # an Op made elsewhere too
     import torch
 
     return getattr(torch, op.combine)

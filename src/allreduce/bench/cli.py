@@ -8,10 +8,24 @@ from pathlib import Path
 from .progress import Progress
 from .record import _plot, fit_model, format_table
 from .sweep import sweep
-from .table import MOST_ITERATIONS, _World, run_table
+from .table import LEAST_TIMED, MOST_ITERATIONS, _World, run_table
 from .timing import ROUNDS
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _seconds(text: str) -> float:
+    """``--least-timed``: a finite number of seconds, 0 or more."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds (0 or more): {text!r}")
+    return value
 
 
 def parse_size(text: str) -> int:
@@ -82,7 +96,7 @@ def _parser(sparse: bool):
             "benchmark's options."))
     if sparse:
         from ..sparse import SPARSE_CHOICES
-        from .sparse import LEAST_TIMED
+        from .sparse import LEAST_TIMED as least_timed
 
         parser.add_argument("--sparse", action="store_true",
                             help="benchmark the sparse allreduce (under mpiexec)")
@@ -97,7 +111,8 @@ def _parser(sparse: bool):
                                  "disjoint, gradients (the course transformer's Top-k "
                                  "gradients; densities above 1%% regenerate them once, in "
                                  "minutes)")
-        parser.add_argument("--least-timed", type=float, default=LEAST_TIMED, metavar="SECONDS",
+        parser.add_argument("--least-timed", type=_seconds, default=least_timed,
+                            metavar="SECONDS",
                             help="time each call at a density for at least this long: more "
                                  "iterations for short calls")
     else:
@@ -109,14 +124,13 @@ def _parser(sparse: bool):
         parser.add_argument("-o", "--op", default="sum", help="sum, mean, max, min or prod")
         parser.add_argument("-d", "--dtype", default="float32",
                             help="float16, float32, float64, int32 or int64")
-        from .table import LEAST_TIMED, MOST_ITERATIONS
-
-        parser.add_argument("--least-timed", type=float, default=LEAST_TIMED, metavar="SECONDS",
+        parser.add_argument("--least-timed", type=_seconds, default=LEAST_TIMED,
+                            metavar="SECONDS",
                             help="time each call at a size for at least this long: more "
                                  f"iterations (up to {MOST_ITERATIONS:,}) for short calls; "
                                  "0 for exactly -n")
     parser.add_argument("-n", "--iters", type=int, default=20,
-                        help="timed iterations (with --sparse, at least that many per call)")
+                        help="timed iterations, at least (see --least-timed)")
     parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
     parser.add_argument("--no-torch", action="store_true",
                         help="under mpiexec, leave out the torch gloo peer")
@@ -223,9 +237,9 @@ def _main(argv: list[str] | None = None) -> int:
     model, rows = fit_model(rows, list(world.peers), in_band=in_band)
     print(f"# allreduce-bench: {world.size} ranks on {world.describe()}, {args.dtype} {args.op}, "
           f"{args.warmup_iters} warm-up + at least {args.iters} timed iterations per call"
-          + (f", more (up to {MOST_ITERATIONS:,}) so that each is timed for "
-             f"{args.least_timed:g} s or more" if args.least_timed else "")
-          + f", in {min(ROUNDS, args.iters)} interleaved rounds; time = median over rounds of "
+          + (f", more (up to {MOST_ITERATIONS:,}) to time each for {args.least_timed:g} s"
+             if args.least_timed else "")
+          + f", in up to {ROUNDS} interleaved rounds; time = median over rounds of "
           "the slowest rank's mean per call")
     print(format_table(rows, list(world.peers)))
     if "auto" in algorithms:
@@ -239,7 +253,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"# saved the model for auto to {cost.save(model)} (auto uses it only when "
                   "loaded: --model FILE, or allreduce.auto.load_model(FILE))")
     fields = ["nbytes", "count", "dtype", "op", "name", "seconds", "ranks", "wrong",
-              "peer_ratio", "predicted", "in_band_limit", "algbw", "busbw"]
+              "peer_ratio", "predicted", "in_band_limit", "least_timed", "algbw", "busbw"]
     records = [{f: getattr(row, f) for f in fields} for row in rows]
     if args.csv:
         with args.csv.open("w", newline="") as f:
@@ -283,7 +297,7 @@ def _sparse_main(parser, args) -> int:
     if MPI.COMM_WORLD.rank == 0:
         print(f"# allreduce-bench --sparse: {MPI.COMM_WORLD.size} MPI ranks, float32 sum; "
               f"at least {max(args.iters, ROUNDS)} timed iterations per call, more (up to "
-              f"{MOST_ITERATIONS}) so that each is timed for {args.least_timed:g} s or more; "
+              f"{MOST_ITERATIONS}) to time each for {args.least_timed:g} s; "
               f"time = median over {ROUNDS} interleaved rounds (torch gloo's rows: -n "
               f"iterations, timed alone), slowest rank; local = merging, "
               "encoding, densifying; wire = time - local; model = auto's prediction from "

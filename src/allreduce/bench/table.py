@@ -27,6 +27,9 @@ class Row:
     #: the bytes up to which recursive doubling carried the check when this row was timed
     #: (:data:`allreduce.validation.IN_BAND_LIMIT` then); ``None``: today's
     in_band_limit: int | None = None
+    #: the least seconds each call was timed for (``--least-timed``; 0: exactly ``-n``
+    #: iterations); ``None``: a row from before the option
+    least_timed: float | None = None
 
     @property
     def algbw(self) -> float:
@@ -220,7 +223,8 @@ def run_table(world: _World, algorithms: list[str], sizes: list[int], *, dtype: 
         wrong = {name: int(world.reduce_scalar(float((outs[name] != expected).sum()), "sum"))
                  for name in names}
         return [Row(arrays.nbytes(x), len(x), dtype, op, name, seconds[name], world.size,
-                    wrong[name], in_band_limit=api.IN_BAND_LIMIT) for name in names]
+                    wrong[name], in_band_limit=api.IN_BAND_LIMIT, least_timed=least_timed)
+                for name in names]
 
     peers = list(world.peers) if op != "mean" else []  # the peers have no mean
     passes = 2 if world.deferred_torch_peer and op != "mean" else 1

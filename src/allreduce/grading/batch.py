@@ -175,8 +175,8 @@ def _scripts(name: str) -> set[str]:
 
 
 def _folded(name: str) -> str:
-    """What two names one file on a file system that ignores case share: compatibility
-    forms and case folded (``Alice`` and ``alice``)."""
+    """What two names share if a file system that ignores case takes them for one file:
+    compatibility forms and case folded (``Alice`` and ``alice``)."""
     return unicodedata.normalize("NFKC", name).casefold()
 
 
@@ -185,7 +185,7 @@ def _folded(name: str) -> str:
 #: letter, by that letter: enough that a name wholly in those scripts which reads as a
 #: Latin one (all-Cyrillic ``аІісе``) is caught.  Latin ``I`` reads as ``l`` there too.
 _LOOK_ALIKES = {
-    "a": "αа", "b": "Ь", "c": "ϲс", "d": "ԁ", "e": "еҽ", "h": "һ", "i": "ιιͺіꙇӏ",
+    "a": "αа", "b": "Ь", "c": "ϲс", "d": "ԁ", "e": "еҽ", "h": "һ", "i": "ιͺіꙇӏ",
     "j": "ϳј", "l": "IΙІӀ", "o": "οσо", "p": "ρϱр", "q": "ԛ", "r": "ᴦг", "s": "ѕ", "u": "υ",
     "v": "νѵ", "w": "ѡԝ", "x": "х", "y": "γуү",
     "A": "ΑА", "B": "ΒВ", "C": "ϹС", "E": "ΕЕ", "F": "Ϝ", "G": "Ԍ", "H": "ΗН", "J": "ͿЈ",
@@ -198,9 +198,10 @@ _AS_LATIN = str.maketrans({alike: latin for latin, alikes in _LOOK_ALIKES.items(
 
 def _looks(name: str) -> str:
     """What two names that look alike share: compatibility forms folded and the letters of
-    :data:`_LOOK_ALIKES` read as Latin (case kept: ``I`` and ``l`` look alike, ``i`` and
-    ``l`` do not)."""
-    return unicodedata.normalize("NFKC", name).translate(_AS_LATIN)
+    :data:`_LOOK_ALIKES` read as Latin, before the folding (which turns some of them,
+    ``ϲ``, into other letters) and after it.  Case is kept (``I`` and ``l`` look alike, ``i``
+    and ``l`` do not); :func:`student_names` compares the result with case folded too."""
+    return unicodedata.normalize("NFKC", name.translate(_AS_LATIN)).translate(_AS_LATIN)
 
 
 def student_names(paths: list[Path]) -> list[str]:
@@ -217,9 +218,13 @@ def student_names(paths: list[Path]) -> list[str]:
     told = [name if name == path.stem and name and len(_scripts(name)) <= 1
             else digested(path, name)
             for path, name in ((path, student_name(path)) for path in paths)]
-    folded, looks = Counter(map(_folded, told)), Counter(map(_looks, told))
-    return [digested(path, name) if folded[_folded(name)] > 1 or looks[_looks(name)] > 1
-            else name for path, name in zip(paths, told)]
+    def alike(name: str) -> tuple[str, str]:  # as a case-blind file system, as a reader
+        return _folded(name), _looks(name).casefold()
+
+    counts = [Counter(keys) for keys in zip(*map(alike, told))] if told else []
+    return [digested(path, name) if any(count[key] > 1 for count, key in
+                                        zip(counts, alike(name))) else name
+            for path, name in zip(paths, told)]
 
 
 def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
