@@ -53,6 +53,41 @@ def _fake_grade(calls: list, out: Path | None = None):
 
 # -- --out: checked first, never lost ---------------------------------------------------------
 
+def test_an_interrupted_grading_keeps_the_students_it_finished(root, tmp_path, key,
+                                                                monkeypatch, no_sandbox_probe):
+    """SIGHUP or Ctrl-C after most of a class was graded kept nothing; a closed pipe on the
+    grader's output (``allreduce-grade … | head``) stopped the grading."""
+    from allreduce.grading.batch import Interrupted
+
+    for name in ("alice", "bob"):
+        nbformat.write(grading.student_copy(key), tmp_path / f"{name}.ipynb")
+    paths = [tmp_path / "alice.ipynb", tmp_path / "bob.ipynb"]
+    said: list = []
+
+    def progress(*args, **kwargs):  # Ctrl-C while bob's first exercise is reported
+        said.append(args)
+        if len(said) == 3:
+            raise KeyboardInterrupt
+    with pytest.raises(Interrupted) as stopped:
+        grading.grade(root / RING, paths, sandboxed=False, progress=progress)
+    assert [s.name for s in stopped.value.graded] == ["alice"]
+    assert list(stopped.value.graded[0].results) == ["reduce_scatter", "allgather"]
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+    graded = grading.grade(root / RING, paths, sandboxed=False, progress=closed)
+    assert [len(s.results) for s in graded] == [2, 2]
+
+    def interrupted(lab, submissions, **_):  # the command line writes what was finished
+        raise Interrupted([Submission("alice", {"reduce_scatter": Result(1.0, "ok")},
+                                      {"reduce_scatter": 3.0})])
+    monkeypatch.setattr(cli, "grade", interrupted)
+    out = tmp_path / "grades" / "scores.csv"
+    assert cli.grade_main([str(root / RING), str(_folder(tmp_path, key)), "--out", str(out)]) \
+        == 130
+    assert out.with_name("scores.partial.csv").read_text().splitlines()[1].startswith("alice,3")
+
+
 def test_the_folder_of_out_is_made_before_grading(root, tmp_path, key, monkeypatch,
                                                   no_sandbox_probe, capsys):
     out = tmp_path / "new" / "deeper" / "scores.csv"
@@ -285,6 +320,20 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     assert json.loads((tmp_path / "feedback" / f"{long[0]}.results.json").read_text())
 
 
+def test_a_report_an_earlier_grading_wrote_goes_when_its_student_does(tmp_path):
+    """Grading into the same folder again left alice.md (100%) beside her renamed report
+    (0%), and a withdrawn student's: the reports the last grading wrote, and only those,
+    are replaced; the instructor's own notes in that folder stay."""
+    folder = tmp_path / "feedback"
+    report.write_feedback([Submission(name, {"e": Result(1.0, "ok")}, {"e": 1.0})
+                           for name in ("alice", "bob")], "lab.ipynb", folder)
+    (folder / "notes.md").write_text("mine")
+    report.write_feedback([Submission("alice-a4ee46ae", {"e": Result(0.0, "no")}, {"e": 1.0})],
+                          "lab.ipynb", folder)
+    assert sorted(p.name for p in folder.glob("*.md")) == ["alice-a4ee46ae.md", "notes.md"]
+    assert sorted(p.name for p in folder.glob("*.json")) == ["alice-a4ee46ae.results.json"]
+
+
 def test_a_submission_too_large_to_parse_safely_is_refused_unread(tmp_path):
     """50 MB of ``{}`` took 8.7 GiB of the grader's memory to parse, and two of them got a
     whole class's run killed: a notebook of too many JSON objects is refused before parsing,
@@ -307,6 +356,12 @@ def test_a_submission_too_large_to_parse_safely_is_refused_unread(tmp_path):
     assert read.cells == [{"cell_type": "code", "source": "print(1)",
                            "metadata": {"allreduce": {"exercise": "e", "role": "solution"}}}]
     assert read.metadata == {}
+    # brackets in text are not lists: an output that printed 200,000 of them is read
+    printed = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "print([[i] for i in range(MAX)])", outputs=[nbformat.v4.new_output(
+            "stream", text=str([[i] for i in range(MAX_CONTAINERS)]) + ' \\" [{')])])
+    nbformat.write(printed, tmp_path / "printed.ipynb")
+    assert not isinstance(read_notebook(tmp_path / "printed.ipynb"), Result)
 
 
 def test_a_lone_surrogate_in_a_cell_reaches_every_report(root, tmp_path, key, capsys):
@@ -384,3 +439,7 @@ def test_names_that_read_as_another_students_are_told_apart():
         name for name, d in zip(alike, digested) if not d]
     assert student_names([Path("Alice.ipynb"), Path("\u0430\u0406\u0456\u0441\u0435.ipynb")]) \
         != ["Alice", "\u0430\u0406\u0456\u0441\u0435"]
+    # a file named as a digest would name another: still one row and one report each
+    decoy = student_names([Path("Alice.ipynb"), Path("alice.ipynb"),
+                           Path("alice-a4ee46ae.ipynb")])
+    assert len({name.casefold() for name in decoy}) == 3, decoy

@@ -75,9 +75,17 @@ MAX_SOLUTION_BYTES = 512_000
 #: The largest submission read (a lab's notebook with its outputs is well under 1 MB).
 MAX_NOTEBOOK_BYTES = 16 << 20
 #: The most JSON objects and lists a submission may hold (counted as its ``{`` and ``[``
-#: bytes, before it is parsed): the labs have fewer than 300, but 50 MB of ``{}`` took
-#: 8.7 GiB of the grader's memory to parse.
+#: outside strings, before it is parsed, :func:`_containers`): the labs have fewer than
+#: 300, but 50 MB of ``{}`` took 8.7 GiB of the grader's memory to parse.
 MAX_CONTAINERS = 200_000
+
+
+def _containers(data: bytes) -> int:
+    """The ``{`` and ``[`` of a JSON document outside its strings (an output that printed
+    ``[[0], [1], …]`` is text, not lists), in linear time: escaped backslashes and quotes
+    dropped, then every other run between quotes is outside a string."""
+    outside = data.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[::2]
+    return sum(part.count(b"{") + part.count(b"[") for part in outside)
 
 
 def _utf8(text: str) -> str:
@@ -106,7 +114,7 @@ def read_notebook(path: Path):
             return Result(0.0, f"not a readable notebook: {info.st_size >> 20} MB, more than "
                                f"the {MAX_NOTEBOOK_BYTES >> 20} MB read")
         data = file.read(MAX_NOTEBOOK_BYTES + 1)
-    if data.count(b"{") + data.count(b"[") > MAX_CONTAINERS:
+    if _containers(data) > MAX_CONTAINERS:
         return Result(0.0, f"not a readable notebook: more than {MAX_CONTAINERS:,} JSON objects "
                            "and lists (a lab's notebook has a few hundred)")
     try:
@@ -210,21 +218,57 @@ def student_names(paths: list[Path]) -> list[str]:
     ``а`` in ``аlice`` reads as ``alice``), or that reads as another's once case and
     compatibility forms are folded (:func:`_folded`) or look-alike letters read as Latin
     (:func:`_looks`: all-Cyrillic ``аІісе``), ends in a digest of its file's own name, so that
-    no report overwrites another's and no two rows read alike."""
-    def digested(path: Path, name: str) -> str:
-        digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:8]
+    no report overwrites another's and no two rows read alike.  A name a digest made that
+    is still another's (a file named ``alice-a4ee46ae.ipynb`` beside ``alice.ipynb`` and
+    ``Alice.ipynb``) takes further digests until it is no one else's."""
+    def digested(path: Path, name: str, again: int = 0) -> str:
+        salt = f"{again}:".encode() if again else b""
+        digest = hashlib.sha256(salt + os.fsencode(path.name)).hexdigest()[:8]
         return f"{name}-{digest}" if name else f"student-{digest}"
+
+    def alike(name: str) -> tuple[str, str]:  # as a case-blind file system, as a reader
+        return _folded(name), _looks(name).casefold()
 
     told = [name if name == path.stem and name and len(_scripts(name)) <= 1
             else digested(path, name)
             for path, name in ((path, student_name(path)) for path in paths)]
-    def alike(name: str) -> tuple[str, str]:  # as a case-blind file system, as a reader
-        return _folded(name), _looks(name).casefold()
-
     counts = [Counter(keys) for keys in zip(*map(alike, told))] if told else []
-    return [digested(path, name) if any(count[key] > 1 for count, key in
+    told = [digested(path, name) if any(count[key] > 1 for count, key in
                                         zip(counts, alike(name))) else name
             for path, name in zip(paths, told)]
+    taken: set[str] = set()  # every key of every name given so far
+    final = []
+    for path, name in zip(paths, told):
+        given, again = name, 0
+        while taken.intersection(alike(given)):
+            again += 1
+            given = digested(path, name, again)
+        taken.update(alike(given))
+        final.append(given)
+    return final
+
+
+class Interrupted(KeyboardInterrupt):
+    """A grading stopped by Ctrl-C, SIGTERM or SIGHUP, with what it had finished:
+    ``graded``, the submissions whose every exercise was graded (the rest are left out)."""
+
+    def __init__(self, graded: list[Submission]):
+        super().__init__("grading was interrupted")
+        self.graded = graded
+
+
+def never_stops(progress):
+    """``progress`` that cannot stop a grading: once its stream is gone (a closed pipe,
+    ``allreduce-grade … | head``) it says nothing more, and the grading goes on."""
+    gone = threading.Event()
+
+    def say(*args, **kwargs) -> None:
+        if not gone.is_set():
+            try:
+                progress(*args, **kwargs)
+            except (OSError, ValueError):  # BrokenPipeError; a closed file
+                gone.set()
+    return say
 
 
 def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int = 1,
@@ -232,8 +276,10 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
           progress=print) -> list[Submission]:
     """Grade each submission against the instructor ``lab`` (see the module docstring),
     running up to ``jobs`` exercises at a time.  ``key`` is the lab already read (the
-    ``--self`` mode passes the student's own notebook)."""
+    ``--self`` mode passes the student's own notebook).  Stopped (Ctrl-C), it raises
+    :class:`Interrupted` with the submissions it finished."""
     STOP.clear()
+    progress = never_stops(progress)
     key_bytes = lab.read_bytes()
     digest = hashlib.sha256(key_bytes).hexdigest()
     key = key if key is not None else nbformat().reads(key_bytes.decode(), as_version=4)
@@ -241,7 +287,9 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
     points = {s.exercise: s.points for s in checks}
     students = {path: read_notebook(path) for path in submissions}  # read once, now
     for path, student in students.items():
-        if not isinstance(student, Result) and (why := wrong_lab(key, student, lab)):
+        if isinstance(student, Result):
+            continue
+        if why := wrong_lab(key, student, lab, read_notebook, submissions):
             students[path] = Result(0.0, why)
     graded = [Submission(name, points=points,
                          notebook=None if isinstance(students[path], Result) else students[path])
@@ -284,10 +332,18 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
         try:
             for finished in runs:
                 finished.result()
-        except BaseException:  # Ctrl-C: start nothing more, and end the runs in flight now
+        except BaseException as error:  # Ctrl-C: start nothing more, end the runs in flight
             STOP.set()
             for future in runs:
                 future.cancel()
+            if isinstance(error, KeyboardInterrupt):  # keep what finished before it
+                with lock:
+                    done = [s for s in graded if len(s.results) == len(checks) and not any(
+                        r.message == "grading was interrupted" for r in s.results.values())]
+                    for submission in done:
+                        submission.results = {c.exercise: submission.results[c.exercise]
+                                              for c in checks}
+                raise Interrupted(done) from error
             raise
     for submission in graded:  # the lab's order, whatever order the runs finished in
         submission.results = {s.exercise: submission.results[s.exercise] for s in checks}

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from . import report, similarity
-from .batch import grade, read_notebook
+from .batch import Interrupted, grade, never_stops, read_notebook
 from .run import Result
 from .judge import clean
 from .notebooks import exercises, nbformat, specs, write_student_copies
@@ -94,6 +94,7 @@ def grade_main(argv: list[str] | None = None) -> int:
 def _grade_main(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    say = never_stops(print)  # `allreduce-grade … | head`: the grading and its reports go on
     if not args.no_sandbox and (why := probe()) is not None:
         from .sandbox import bwrap
 
@@ -116,33 +117,49 @@ def _grade_main(argv: list[str] | None) -> int:
                      "notebooks, *.ipynb, in it)")
     submissions, skipped = entries(args.submissions, args.lab)
     for line in skipped:
-        print(line)
+        say(line)
     if not submissions:
         parser.error(f"no notebooks (*.ipynb) in {args.submissions}")
     if args.gradescope and len(submissions) != 1:
         parser.error("--gradescope writes one results.json: give a folder with one notebook")
     if (problem := writable(args.out)) is not None:
         parser.error(f"cannot write the scores to {args.out}: {problem}")
-    graded = grade(args.lab, submissions, timeout=args.timeout, jobs=args.jobs,
-                   sandboxed=not args.no_sandbox, limits=_limits(args.timeout))
+    try:
+        graded = grade(args.lab, submissions, timeout=args.timeout, jobs=args.jobs,
+                       sandboxed=not args.no_sandbox, limits=_limits(args.timeout))
+    except Interrupted as stopped:  # keep the students graded in full, apart from OUT
+        if stopped.graded:
+            partial = args.out.with_name(args.out.stem + ".partial.csv")
+            names = list(stopped.graded[0].results)
+            try:
+                report.write_scores(stopped.graded, names, partial)
+            except OSError:
+                partial = report.save_elsewhere(stopped.graded, names)
+            print(f"allreduce-grade: interrupted; the {len(stopped.graded)} of "
+                  f"{len(submissions)} students graded in full are in {partial} (run it again "
+                  "for all of them)", file=sys.stderr)
+        else:
+            print("allreduce-grade: interrupted before any student was graded in full",
+                  file=sys.stderr)
+        return 130  # as a shell reports a job that Ctrl-C stopped
     key = nbformat().read(args.lab, as_version=4)
     names = [s.exercise for s in specs(key)]
     try:
         written = _reports(args, graded, key, names)
     except (OSError, ValueError) as error:  # the grading is done: keep its scores anyway
-        print(report.summary(graded, names))
+        say(report.summary(graded, names))
         saved = report.save_elsewhere(graded, names)
         print(f"allreduce-grade: writing the reports failed ({error}); the scores are saved "
               f"in {saved}", file=sys.stderr)
         return 1
     folder, similar, found, compared = written
-    print(report.summary(graded, names))
-    print(f"scores written to {args.out}; feedback for each student in {folder}/")
-    print(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
+    say(report.summary(graded, names))
+    say(f"scores written to {args.out}; feedback for each student in {folder}/")
+    say(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
           f"listed in {similar} for a person to look at (they change no score; compared in "
           f"{compared:.1f} s)")
     if unlimited:
-        print(unlimited)
+        say(unlimited)
     return 0
 
 

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .rank import without_line_magics
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
@@ -44,18 +47,22 @@ def lab_label(path: Path) -> str:
     return f"lab {number} ({path.name})" if number.isdigit() else f"lab {path.name}"
 
 
-def wrong_lab(key, nb, lab: Path) -> str | None:
+def wrong_lab(key, nb, lab: Path, read, submissions=()) -> str | None:
     """Why notebook ``nb`` is not a submission of ``lab`` (whose key is ``key``), or ``None``
     when it has solution cells of at least one of the lab's exercises.  Names the lab beside
-    ``lab`` whose exercises it has, when there is one."""
+    ``lab`` whose exercises it has, when there is one: each other notebook there that is
+    not one of the ``submissions`` (the key may sit in their folder), read with ``read``
+    (which refuses links, pipes and oversized files: it returns something without cells)."""
     theirs = {mark[0] for cell in nb.cells if (mark := role(cell)) and mark[1] == "solution"}
     if theirs & set(exercises(key)):
         return None
+    skip = {path.name for path in submissions} if lab.parent.resolve() in {
+        path.parent.resolve() for path in submissions} else set()
     for other in sorted(lab.parent.glob("*.ipynb")) if theirs else []:
-        if other.resolve() == lab.resolve():
+        if other.name == lab.name or other.name in skip:
             continue
         try:
-            names = set(exercises(nbformat().read(other, as_version=4)))
+            names = set(exercises(read(other)))
         except Exception:  # noqa: BLE001, S112 - not a lab: it names nothing
             continue
         if theirs & names:
@@ -163,13 +170,13 @@ PYTHON_CELL_MAGICS = ("%%px", "%%time", "%%timeit", "%%capture")
 
 def python_source(source: str) -> str:
     """A cell's source as plain Python, each line where it was (a message's line numbers are
-    the cell's own).  As IPython reads it: lines end at newlines only (a comment may hold
-    U+2028, which ``str.splitlines`` would break), and a cell magic is the first line that
+    the cell's own).  As IPython reads it: lines end at CR LF, LF or a lone CR only (a
+    comment may hold U+2028, which ``str.splitlines`` would break), and a cell magic is the first line that
     is not blank, whose line is blanked when its body is Python (:data:`PYTHON_CELL_MAGICS`),
     and whose whole cell is blank otherwise (``%%writefile``: JupyterLab runs no Python).
     Line magics are left to the run (:func:`allreduce.grading.rank.without_line_magics`):
     nothing here parses a submission's code."""
-    lines = source.replace("\r\n", "\n").split("\n")
+    lines = re.split(r"\r\n|\r|\n", source)  # a lone CR ends a line too, for Python and IPython
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is not None and lines[first].lstrip().startswith("%%"):
         if not lines[first].lstrip().startswith(PYTHON_CELL_MAGICS):
@@ -193,17 +200,29 @@ def setup_code(nb, exercise: str, engines: bool) -> tuple[str, list[str]]:
             break
         if cell.cell_type != "code" or role(cell) or is_engine_cell(cell.source) != engines:
             continue
+        source = python_source(cell.source)
         try:
-            tree = ast.parse(python_source(cell.source))
-        except SyntaxError:
-            continue
+            tree = ast.parse(source)
+        except SyntaxError:  # %matplotlib inline above the imports: read as IPython would
+            try:
+                tree = ast.parse(without_line_magics(source))
+            except SyntaxError:
+                continue
         for node in tree.body:
-            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) \
+                    or _guarded_import(node):
                 keep.append(ast.unparse(node))
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 assigned += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
     return "\n".join(keep), sorted(set(assigned))
+
+
+def _guarded_import(node) -> bool:
+    """``try: import x`` with its fallbacks (``except ImportError: x = None``): a lab's
+    optional import, kept whole."""
+    return isinstance(node, ast.Try) and all(
+        isinstance(inner, (ast.Import, ast.ImportFrom)) for inner in node.body)
 
 
 # -- student copies ---------------------------------------------------------------------------------

@@ -34,7 +34,12 @@ def _markdown(text: str) -> str:
 
 def _fenced(source: str, language: str = "python") -> list[str]:
     """``source`` in a code fence longer than any run of backticks in it (which would
-    otherwise close the fence and turn the rest into Markdown)."""
+    otherwise close the fence and turn the rest into Markdown), its line ends as newlines
+    and its other control characters (terminal escapes, which ``cat`` would obey) and
+    bidirectional overrides as spaces: a submission's cell is untrusted text."""
+    source = re.sub(r"\r\n?", "\n", source)
+    source = re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]",
+                    " ", source)
     longest = max((len(run) for run in re.findall(r"`+", source)), default=0)
     fence = "`" * max(3, longest + 1)
     return [fence + language, source.rstrip(), fence]
@@ -152,10 +157,27 @@ def gradescope(submission: Submission) -> dict:
     }
 
 
+#: The list of the files :func:`write_feedback` wrote in its folder, kept there.
+WRITTEN = ".written"
+
+
 def write_feedback(graded: list[Submission], lab: str, folder: Path) -> None:
-    """``folder/NAME.md`` and ``folder/NAME.results.json`` for each submission."""
+    """``folder/NAME.md`` and ``folder/NAME.results.json`` for each submission.  A report
+    that an earlier grading into the same folder wrote, and this one does not (a student
+    since renamed, or withdrawn), is removed, so that no stale score is read as current;
+    only the files listed in the folder's :data:`WRITTEN` are ever removed."""
     folder.mkdir(parents=True, exist_ok=True)
+    names = [name for s in graded for name in (f"{s.name}.md", f"{s.name}.results.json")]
+    listing = folder / WRITTEN
+    try:
+        before = set(listing.read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        before = set()
+    for stale in sorted(before - set(names)):
+        if "/" not in stale and stale.endswith((".md", ".results.json")):
+            (folder / stale).unlink(missing_ok=True)
     for s in graded:
         (folder / f"{s.name}.md").write_text(feedback(s, lab), encoding="utf-8")
         (folder / f"{s.name}.results.json").write_text(json.dumps(gradescope(s), indent=1) + "\n",
                                                          encoding="utf-8")
+    listing.write_text("".join(f"{name}\n" for name in names), encoding="utf-8")

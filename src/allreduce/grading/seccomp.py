@@ -19,6 +19,12 @@ refuses, and why:
   ``userfaultfd``, ``bpf``, ``perf_event_open``, ``io_uring_*``), and changing the sandbox
   itself (``mount`` and the new mount API, ``umount2``, ``pivot_root``, ``unshare``,
   ``setns``, ``clone`` with a namespace flag);
+* ``futex`` without ``FUTEX_PRIVATE_FLAG``: a shared futex is keyed by the file and offset
+  it is mapped from, so two sandboxes that map the same read-only file (the Python
+  interpreter) could wake each other, a channel that carried about 4,000 symbols a second
+  between two ranks (a red-team submission, 2026-11-26); CPython's locks and glibc's
+  threads use private futexes.  The newer ``futex_waitv``, ``futex_wake``, ``futex_wait``
+  and ``futex_requeue``, whose flags the filter would have to read, answer ``ENOSYS``;
 * ``clone3``, whose flags sit in memory a filter cannot read: it answers ``ENOSYS``, and
   glibc then falls back to ``clone``, whose flags the filter checks;
 * any other architecture's calls (``int 0x80``, the i386 numbering) and the x32 ABI (call
@@ -28,9 +34,10 @@ What else is shared between two sandboxes, and why it carries nothing: SysV IPC 
 abstract Unix sockets belong to the IPC and network namespaces, each sandbox's own (and the
 SysV calls are refused anyway); ``/proc`` shows a sandbox only its own PID namespace's
 processes; what stays shared is timing (the page cache of the shared read-only files, the
-machine's load in ``/proc/stat``), a covert channel of a few bits a second that the judge's
-check of every message's content (:mod:`allreduce.grading.matching`) makes useless: a rank
-must send the right data through the judge whatever else it learns.
+machine's load in ``/proc/stat``), a covert channel of a few bits a second (no faster one is
+known once shared futexes are refused) that the judge's check of every message's content
+(:mod:`allreduce.grading.matching`) makes useless where it applies: a rank must send the
+right data through the judge whatever else it learns.
 
 Assembled by hand (a few dozen lines, no dependency) rather than with ``pyseccomp``, which
 needs the system's ``libseccomp.so.2``: the grader then needs nothing a plain Python and
@@ -72,6 +79,10 @@ DENIED = {
     "fspick": 433, "mount_setattr": 442,
 }
 FCNTL, CLONE, CLONE3 = 72, 56, 435
+#: futex and its flag that keys a futex by the process's memory, not by a shared file's
+#: (linux/futex.h); the futex2 calls (futex_waitv, futex_wake, futex_wait, futex_requeue)
+FUTEX, FUTEX_PRIVATE_FLAG = 202, 128
+FUTEX2 = (449, 454, 455, 456)
 #: fcntl's commands that lock, lease or notify (include/uapi/asm-generic/fcntl.h,
 #: linux/fcntl.h): F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
 #: F_SETLEASE, F_GETLEASE, F_NOTIFY
@@ -98,9 +109,13 @@ def program() -> bytes:
     # (code, k, jump if true, jump if false): a jump is "deny", "allow", "enosys" or None
     blocks.append([(_LD_W_ABS, _ARCH, None, None), (_JEQ, AUDIT_ARCH_X86_64, None, "deny"),
                    (_LD_W_ABS, _NR, None, None), (_JGE, X32_BIT, "deny", None),
-                   (_JEQ, CLONE3, "enosys", None)])
+                   (_JEQ, CLONE3, "enosys", None),
+                   *((_JEQ, nr, "enosys", None) for nr in FUTEX2)])
     blocks.append([(_JEQ, nr, "deny", None) for nr in DENIED.values()])
-    blocks.append([(_JEQ, FCNTL, None, "clone"), (_LD_W_ABS, _ARG1, None, None),
+    blocks.append([(_JEQ, FUTEX, None, "fcntl"), (_LD_W_ABS, _ARG1, None, None),
+                   (_JSET, FUTEX_PRIVATE_FLAG, "allow", "deny")])
+    blocks.append([("fcntl", 0, None, None), (_JEQ, FCNTL, None, "clone"),
+                   (_LD_W_ABS, _ARG1, None, None),
                    *((_JEQ, cmd, "deny", None) for cmd in FCNTL_DENIED),
                    (_JEQ, 0xFFFFFFFF, "allow", "allow")])
     blocks.append([("clone", 0, None, None), (_JEQ, CLONE, None, "allow"),
@@ -109,8 +124,8 @@ def program() -> bytes:
     labels = {}
     code = []
     for op in flat:
-        if op[0] == "clone":
-            labels["clone"] = len(code)
+        if isinstance(op[0], str):  # a label: the next instruction's place
+            labels[op[0]] = len(code)
         else:
             code.append(op)
     labels |= {"enosys": len(code), "deny": len(code) + 1, "allow": len(code) + 2}
