@@ -1114,6 +1114,14 @@ mapped = libc.mmap(None, 4096, 1, 1, shared.fileno(), 0)  # PROT_READ, MAP_SHARE
 found["futex shared"] = call(202, mapped, 1, 1)  # FUTEX_WAKE, keyed by the file
 found["futex private"] = call(202, ctypes.addressof(lock), 1 | 128, 1)  # allowed
 found["futex_wake"] = call(454, mapped, 1, 1, 2)  # futex2, FUTEX2_SIZE_U32
+found["futex_waitv"] = call(449, 0, 0, 0, 0, 0)
+found["futex shared wait"] = call(202, mapped, 0, 12345, 0)  # returns at once: no waiting
+found["futex shared requeue"] = call(202, mapped, 3, 1, 1, mapped, 0)  # FUTEX_CMP_REQUEUE
+libc.pthread_create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p]
+tid = ctypes.c_ulong()  # a C thread that sleeps a second, joined while it runs: glibc's
+libc.pthread_create(ctypes.byref(tid), None, ctypes.cast(libc.sleep, ctypes.c_void_p), 1)
+found["pthread_join"] = libc.pthread_join(tid, None)  # shared futex wait (aborted on EPERM)
 import numpy as np
 found["numpy"] = int(np.arange(10).sum())
 thread = threading.Thread(target=lambda: None)
@@ -1164,7 +1172,9 @@ def test_the_syscall_filter_refuses_every_listed_call_and_numpy_still_runs(monke
     # a futex keyed by a file every sandbox maps carried a rank's data to another at about
     # 4,000 symbols a second: only private ones (threads, CPython's locks) are allowed
     assert found["futex shared"] == errno.EPERM and found["futex private"] == 0
-    assert found["futex_wake"] == errno.ENOSYS
+    assert found["futex shared requeue"] == errno.EPERM
+    assert found["futex shared wait"] == errno.EAGAIN and found["pthread_join"] == 0
+    assert found["futex_wake"] == found["futex_waitv"] == errno.ENOSYS
     monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)  # the same calls, unfiltered
     safe = {name: seccomp.DENIED[name] for name in ("keyctl", "memfd_create", "inotify_init")}
     unfiltered = _in_a_sandbox(SYSCALLS.replace('found["clone', '# found["clone'),
@@ -1645,7 +1655,9 @@ def test_a_labs_imports_reach_the_run_past_its_magics_and_try_blocks():
 
     lab = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "%matplotlib inline\n!pip list\nimport math\ntry:\n    import torch\n"
-        "except ImportError:\n    torch = None\nscale = 2\n")])
+        "except ImportError:\n    torch = None\nscale = 2\n"
+        "try:\n    from mpi4py import MPI\nexcept ImportError:\n"  # a handler that stops:
+        "    raise SystemExit('start the engines first')\n")])  # not run in every rank
     code, assigned = setup_code(lab, "e", engines=False)
     assert code == "import math\ntry:\n    import torch\nexcept ImportError:\n    torch = None"
     assert assigned == ["scale"]

@@ -86,6 +86,10 @@ def test_an_interrupted_grading_keeps_the_students_it_finished(root, tmp_path, k
     assert cli.grade_main([str(root / RING), str(_folder(tmp_path, key)), "--out", str(out)]) \
         == 130
     assert out.with_name("scores.partial.csv").read_text().splitlines()[1].startswith("alice,3")
+    monkeypatch.setattr(cli, "grade", _fake_grade([]))  # a whole grading: the partial goes
+    assert cli.grade_main([str(root / RING), str(tmp_path / "submissions"), "--out",
+                           str(out)]) == 0
+    assert out.exists() and not out.with_name("scores.partial.csv").exists()
 
 
 def test_the_folder_of_out_is_made_before_grading(root, tmp_path, key, monkeypatch,

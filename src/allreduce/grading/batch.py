@@ -326,25 +326,31 @@ def grade(lab: Path, submissions: list[Path], *, timeout: float = 60, jobs: int 
                          "this grading goes on with the copy read at its start, and the file "
                          "is left as it is now", flush=True)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        runs = [pool.submit(run, number, path, spec)
-                for number, path in enumerate(submissions, 1) for spec in checks]
-        try:
-            for finished in runs:
-                finished.result()
-        except BaseException as error:  # Ctrl-C: start nothing more, end the runs in flight
-            STOP.set()
-            for future in runs:
-                future.cancel()
-            if isinstance(error, KeyboardInterrupt):  # keep what finished before it
-                with lock:
-                    done = [s for s in graded if len(s.results) == len(checks) and not any(
-                        r.message == "grading was interrupted" for r in s.results.values())]
-                    for submission in done:
-                        submission.results = {c.exercise: submission.results[c.exercise]
-                                              for c in checks}
-                raise Interrupted(done) from error
-            raise
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    runs = [pool.submit(run, number, path, spec)
+            for number, path in enumerate(submissions, 1) for spec in checks]
+    try:
+        for finished in runs:
+            finished.result()
+    except BaseException as error:  # Ctrl-C: start nothing more, end the runs in flight
+        with lock:  # what finished before the stop (a run it cuts short is not in it)
+            done = [s for s in graded if len(s.results) == len(checks)]
+        STOP.set()
+        for future in runs:
+            future.cancel()
+        while True:  # the runs in flight end within about a second; a second Ctrl-C in
+            try:  # that second must not lose what finished
+                pool.shutdown(wait=True)
+                break
+            except KeyboardInterrupt:
+                continue
+        if isinstance(error, KeyboardInterrupt):  # keep what finished before it
+            for submission in done:
+                submission.results = {c.exercise: submission.results[c.exercise]
+                                      for c in checks}
+            raise Interrupted(done) from error
+        raise
+    pool.shutdown(wait=True)
     for submission in graded:  # the lab's order, whatever order the runs finished in
         submission.results = {s.exercise: submission.results[s.exercise] for s in checks}
     return graded

@@ -128,19 +128,7 @@ def _grade_main(argv: list[str] | None) -> int:
         graded = grade(args.lab, submissions, timeout=args.timeout, jobs=args.jobs,
                        sandboxed=not args.no_sandbox, limits=_limits(args.timeout))
     except Interrupted as stopped:  # keep the students graded in full, apart from OUT
-        if stopped.graded:
-            partial = args.out.with_name(args.out.stem + ".partial.csv")
-            names = list(stopped.graded[0].results)
-            try:
-                report.write_scores(stopped.graded, names, partial)
-            except OSError:
-                partial = report.save_elsewhere(stopped.graded, names)
-            print(f"allreduce-grade: interrupted; the {len(stopped.graded)} of "
-                  f"{len(submissions)} students graded in full are in {partial} (run it again "
-                  "for all of them)", file=sys.stderr)
-        else:
-            print("allreduce-grade: interrupted before any student was graded in full",
-                  file=sys.stderr)
+        _keep_partial(stopped.graded, _partial(args.out), len(submissions))
         return 130  # as a shell reports a job that Ctrl-C stopped
     key = nbformat().read(args.lab, as_version=4)
     names = [s.exercise for s in specs(key)]
@@ -153,6 +141,7 @@ def _grade_main(argv: list[str] | None) -> int:
               f"in {saved}", file=sys.stderr)
         return 1
     folder, similar, found, compared = written
+    _partial(args.out).unlink(missing_ok=True)  # an interrupted run's, now out of date
     say(report.summary(graded, names))
     say(f"scores written to {args.out}; feedback for each student in {folder}/")
     say(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
@@ -161,6 +150,32 @@ def _grade_main(argv: list[str] | None) -> int:
     if unlimited:
         say(unlimited)
     return 0
+
+
+def _partial(out: Path) -> Path:
+    """Where an interrupted grading keeps what it finished: beside ``out``."""
+    return out.with_name(out.stem + ".partial.csv")
+
+
+def _keep_partial(graded: list, partial: Path, total: int) -> None:
+    """The scores of the students an interrupted grading finished, in ``partial`` (or a
+    folder of its own), said on stderr."""
+    if not graded:
+        print("allreduce-grade: interrupted before any student was graded in full",
+              file=sys.stderr)
+        return
+    names = list(graded[0].results)
+    try:
+        try:
+            report.write_scores(graded, names, partial)
+        except OSError:
+            partial = report.save_elsewhere(graded, names)
+    except OSError as error:
+        print(f"allreduce-grade: interrupted; the scores of the {len(graded)} students graded "
+              f"in full could not be saved ({error})", file=sys.stderr)
+        return
+    print(f"allreduce-grade: interrupted; the {len(graded)} of {total} students graded in "
+          f"full are in {partial} (run it again for all of them)", file=sys.stderr)
 
 
 def writable(out: Path) -> str | None:

@@ -219,10 +219,22 @@ def setup_code(nb, exercise: str, engines: bool) -> tuple[str, list[str]]:
 
 
 def _guarded_import(node) -> bool:
-    """``try: import x`` with its fallbacks (``except ImportError: x = None``): a lab's
-    optional import, kept whole."""
-    return isinstance(node, ast.Try) and all(
-        isinstance(inner, (ast.Import, ast.ImportFrom)) for inner in node.body)
+    """``try: import x`` with plain fallbacks (``except ImportError: x = None``): a lab's
+    optional import, kept whole.  Only imports in its body, and handlers of ``ImportError``
+    that import, assign a constant or pass: a handler that stops (``raise SystemExit``
+    when mpi4py is missing, which every run refuses) would end every rank."""
+    def plain(statements) -> bool:
+        return all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) or (
+            isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)) for s in statements)
+
+    def of_imports(handler) -> bool:
+        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        return all(isinstance(name, ast.Name) and name.id in ("ImportError", "ModuleNotFoundError")
+                   for name in caught)
+
+    return (isinstance(node, ast.Try) and not node.orelse and not node.finalbody
+            and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in node.body)
+            and all(of_imports(h) and plain(h.body) for h in node.handlers))
 
 
 # -- student copies ---------------------------------------------------------------------------------

@@ -22,8 +22,12 @@ refuses, and why:
 * ``futex`` without ``FUTEX_PRIVATE_FLAG``: a shared futex is keyed by the file and offset
   it is mapped from, so two sandboxes that map the same read-only file (the Python
   interpreter) could wake each other, a channel that carried about 4,000 symbols a second
-  between two ranks (a red-team submission, 2026-11-26); CPython's locks and glibc's
-  threads use private futexes.  The newer ``futex_waitv``, ``futex_wake``, ``futex_wait``
+  between two ranks (a red-team submission, 2026-11-26).  CPython's locks and glibc's
+  mutexes use private futexes, but ``pthread_join`` waits on the thread's id with a shared
+  one (the kernel's wake at a thread's exit is shared), and glibc aborts on ``EPERM``
+  there: a shared wait answers ``EAGAIN`` instead, which glibc retries until the thread
+  has gone, and every other shared operation (a wake, a requeue) ``EPERM``, so no wait
+  can be woken from elsewhere.  The newer ``futex_waitv``, ``futex_wake``, ``futex_wait``
   and ``futex_requeue``, whose flags the filter would have to read, answer ``ENOSYS``;
 * ``clone3``, whose flags sit in memory a filter cannot read: it answers ``ENOSYS``, and
   glibc then falls back to ``clone``, whose flags the filter checks;
@@ -82,6 +86,9 @@ FCNTL, CLONE, CLONE3 = 72, 56, 435
 #: futex and its flag that keys a futex by the process's memory, not by a shared file's
 #: (linux/futex.h); the futex2 calls (futex_waitv, futex_wake, futex_wait, futex_requeue)
 FUTEX, FUTEX_PRIVATE_FLAG = 202, 128
+#: futex's shared waits: FUTEX_WAIT and FUTEX_WAIT_BITSET, each also with
+#: FUTEX_CLOCK_REALTIME (256)
+FUTEX_WAITS = (0, 9, 256, 265)
 FUTEX2 = (449, 454, 455, 456)
 #: fcntl's commands that lock, lease or notify (include/uapi/asm-generic/fcntl.h,
 #: linux/fcntl.h): F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
@@ -113,7 +120,9 @@ def program() -> bytes:
                    *((_JEQ, nr, "enosys", None) for nr in FUTEX2)])
     blocks.append([(_JEQ, nr, "deny", None) for nr in DENIED.values()])
     blocks.append([(_JEQ, FUTEX, None, "fcntl"), (_LD_W_ABS, _ARG1, None, None),
-                   (_JSET, FUTEX_PRIVATE_FLAG, "allow", "deny")])
+                   (_JSET, FUTEX_PRIVATE_FLAG, "allow", None),
+                   *((_JEQ, op, "eagain", None) for op in FUTEX_WAITS),
+                   (_JEQ, 0xFFFFFFFF, "deny", "deny")])
     blocks.append([("fcntl", 0, None, None), (_JEQ, FCNTL, None, "clone"),
                    (_LD_W_ABS, _ARG1, None, None),
                    *((_JEQ, cmd, "deny", None) for cmd in FCNTL_DENIED),
@@ -128,7 +137,8 @@ def program() -> bytes:
             labels[op[0]] = len(code)
         else:
             code.append(op)
-    labels |= {"enosys": len(code), "deny": len(code) + 1, "allow": len(code) + 2}
+    labels |= {"eagain": len(code), "enosys": len(code) + 1, "deny": len(code) + 2,
+               "allow": len(code) + 3}
     out = []
     for at, (opcode, k, jt, jf) in enumerate(code):
         def offset(label):
@@ -139,5 +149,5 @@ def program() -> bytes:
                 raise AssertionError(f"a jump of {jump} in the syscall filter")
             return jump
         out.append(_op(opcode, k, offset(jt), offset(jf)))
-    out += [_op(_RET, RET_ERRNO | errno.ENOSYS), deny, allow]
+    out += [_op(_RET, RET_ERRNO | errno.EAGAIN), _op(_RET, RET_ERRNO | errno.ENOSYS), deny, allow]
     return b"".join(out)
