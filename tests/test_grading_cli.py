@@ -302,7 +302,7 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     import json
     import os
 
-    from allreduce.grading.batch import student_name
+    from allreduce.grading.names import student_name
 
     result = Result(0.0, "got \ud800 \x1b[2J\x1b[1;1H3/3 \u202e!", warning="\x9b31m")
     assert result.message == "got \\ud800  [2J [1;1H3/3  !" and result.warning == "31m"
@@ -311,7 +311,7 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     assert student_name(odd) == "b_j\\udcf6rg"
     long = [student_name(Path("a" * 240 + tail + ".ipynb")) for tail in "xy"]
     assert long[0] != long[1] and all(len(name.encode()) <= 100 for name in long)
-    from allreduce.grading.batch import student_names
+    from allreduce.grading.names import student_names
 
     alike = [Path("alice.ipynb"), Path("alice .ipynb"), Path("alice\x1b.ipynb"), Path(" .ipynb")]
     told = student_names(alike)
@@ -418,7 +418,7 @@ def test_names_that_read_as_another_students_are_told_apart():
     """alice, alice with a zero-width space and alice with a Cyrillic а were three rows
     reading "alice"; Bob and bob are one file where case is ignored.  A name in one script
     (Łukasz, Иван) is kept as it is."""
-    from allreduce.grading.batch import student_names
+    from allreduce.grading.names import student_names
 
     names = student_names([Path("alice.ipynb"), Path("alice\u200b.ipynb"),
                            Path("\u0430lice.ipynb"), Path("Bob.ipynb"), Path("bob.ipynb"),

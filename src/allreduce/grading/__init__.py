@@ -20,8 +20,8 @@ judge), and the communication pattern against the library's own algorithm.  The 
 
 The modules: ``notebooks`` (markup, specs, student copies), ``wire``, ``confine``,
 ``seccomp``, ``cgroup`` and ``sandbox`` (what a run gets), ``rank`` and ``hub`` (inside), ``judge`` and ``matching``,
-``run``, ``batch`` (many runs), ``report``, ``similarity``, ``cli``.  Nothing here is imported
-by :mod:`allreduce.lab`.
+``run``, ``batch`` (many runs), ``names`` (the students'), ``report``, ``similarity``,
+``cli``.  Nothing here is imported by :mod:`allreduce.lab`.
 """
 
 from __future__ import annotations
