@@ -145,8 +145,8 @@ def _grade_main(argv: list[str] | None) -> int:
     say(report.summary(graded, names))
     say(f"scores written to {args.out}; feedback for each student in {folder}/")
     say(f"similarity: {len(found)} pair(s) of solutions at least {args.similar:.0%} alike, "
-          f"listed in {similar} for a person to look at (they change no score; compared in "
-          f"{compared:.1f} s)")
+        f"listed in {similar} for a person to look at (they change no score; compared in "
+        f"{compared:.1f} s)")
     if unlimited:
         say(unlimited)
     return 0
