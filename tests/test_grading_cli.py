@@ -324,10 +324,29 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     assert json.loads((tmp_path / "feedback" / f"{long[0]}.results.json").read_text())
 
 
+def test_grading_one_late_notebook_keeps_the_class_scores(root, tmp_path, key, monkeypatch,
+                                                          no_sandbox_probe):
+    """Grading one late notebook into the class's --out overwrote every other student's
+    score: an earlier file that names a student this grading does not is kept beside it."""
+    out = tmp_path / "grades" / "scores.csv"
+    monkeypatch.setattr(cli, "grade", _fake_grade([]))
+    folder = _folder(tmp_path, key)
+    nbformat.write(grading.student_copy(key), folder / "bob.ipynb")
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    assert not list(out.parent.glob("scores.earlier-*"))  # the same class: nothing to keep
+    (folder / "alice.ipynb").unlink()
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    (earlier,) = out.parent.glob("scores.earlier-*.csv")
+    assert [row.split(",")[0] for row in earlier.read_text().splitlines()[1:]] == ["alice", "bob"]
+    assert [row.split(",")[0] for row in out.read_text().splitlines()[1:]] == ["bob"]
+
+
 def test_a_report_an_earlier_grading_wrote_goes_when_its_student_does(tmp_path):
     """Grading into the same folder again left alice.md (100%) beside her renamed report
     (0%), and a withdrawn student's: the reports the last grading wrote, and only those,
-    are replaced; the instructor's own notes in that folder stay."""
+    move into an earlier-DATE folder (none is lost: a grading of one late notebook keeps
+    the class's); the instructor's own notes in that folder stay."""
     folder = tmp_path / "feedback"
     report.write_feedback([Submission(name, {"e": Result(1.0, "ok")}, {"e": 1.0})
                            for name in ("alice", "bob")], "lab.ipynb", folder)
@@ -336,6 +355,10 @@ def test_a_report_an_earlier_grading_wrote_goes_when_its_student_does(tmp_path):
                           "lab.ipynb", folder)
     assert sorted(p.name for p in folder.glob("*.md")) == ["alice-a4ee46ae.md", "notes.md"]
     assert sorted(p.name for p in folder.glob("*.json")) == ["alice-a4ee46ae.results.json"]
+    (earlier,) = folder.glob("earlier-*")
+    assert sorted(p.name for p in earlier.iterdir()) == [
+        "alice.md", "alice.results.json", "bob.md", "bob.results.json"]
+    assert "1 of 1 points" in (earlier / "bob.md").read_text()
 
 
 def test_a_submission_too_large_to_parse_safely_is_refused_unread(tmp_path):

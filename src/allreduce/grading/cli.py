@@ -152,6 +152,22 @@ def _grade_main(argv: list[str] | None) -> int:
     return 0
 
 
+def _keep_earlier(out: Path, students: set[str]) -> None:
+    """An earlier grading's scores at ``out`` that name a student this one does not (a
+    grading of one late notebook into the class's file) move to ``NAME.earlier-DATE.csv``
+    beside it instead of being overwritten."""
+    import csv
+
+    try:
+        with out.open(newline="", encoding="utf-8") as f:
+            named = {row[0] for row in list(csv.reader(f))[1:] if row}
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return
+    if named - students - {"Points Possible"}:
+        out.replace(out.with_name(f"{out.stem}.earlier-{time.strftime('%Y%m%d-%H%M%S')}"
+                                  f"{out.suffix}"))
+
+
 def _partial(out: Path) -> Path:
     """Where an interrupted grading keeps what it finished: beside ``out``."""
     return out.with_name(out.stem + ".partial.csv")
@@ -199,6 +215,7 @@ def writable(out: Path) -> str | None:
 
 def _reports(args, graded, key, names):
     """The scores (CSV or Canvas), the feedback folder and the similarity list."""
+    _keep_earlier(args.out, {s.name for s in graded})
     if args.format == "canvas":
         report.write_canvas(graded, f"{args.lab.stem} ({args.lab.stem})", args.out)
     else:

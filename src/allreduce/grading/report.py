@@ -164,8 +164,11 @@ WRITTEN = ".written"
 def write_feedback(graded: list[Submission], lab: str, folder: Path) -> None:
     """``folder/NAME.md`` and ``folder/NAME.results.json`` for each submission.  A report
     that an earlier grading into the same folder wrote, and this one does not (a student
-    since renamed, or withdrawn), is removed, so that no stale score is read as current;
-    only the files listed in the folder's :data:`WRITTEN` are ever removed."""
+    since renamed or withdrawn, or a grading of one late notebook), is moved into
+    ``folder/earlier-DATE/``, so that no stale score is read as current and none is lost;
+    only the files listed in the folder's :data:`WRITTEN` are ever moved."""
+    import time
+
     folder.mkdir(parents=True, exist_ok=True)
     names = [name for s in graded for name in (f"{s.name}.md", f"{s.name}.results.json")]
     listing = folder / WRITTEN
@@ -173,9 +176,13 @@ def write_feedback(graded: list[Submission], lab: str, folder: Path) -> None:
         before = set(listing.read_text(encoding="utf-8").splitlines())
     except (OSError, UnicodeDecodeError):
         before = set()
-    for stale in sorted(before - set(names)):
-        if "/" not in stale and stale.endswith((".md", ".results.json")):
-            (folder / stale).unlink(missing_ok=True)
+    stale = [name for name in sorted(before - set(names)) if "/" not in name
+             and name.endswith((".md", ".results.json")) and (folder / name).is_file()]
+    if stale:
+        earlier = folder / time.strftime("earlier-%Y%m%d-%H%M%S")
+        earlier.mkdir(exist_ok=True)
+        for name in stale:
+            (folder / name).replace(earlier / name)
     for s in graded:
         (folder / f"{s.name}.md").write_text(feedback(s, lab), encoding="utf-8")
         (folder / f"{s.name}.results.json").write_text(json.dumps(gradescope(s), indent=1) + "\n",
