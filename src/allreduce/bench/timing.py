@@ -135,13 +135,7 @@ def enough(calls: dict, iterations: int, least_timed: float, most: int, *, barri
     probe that runs cold can only overstate the time, and ask for fewer."""
     counts = {}
     for name, call in calls.items():
-        if warm:
-            call()
-        barrier()
-        start = time.perf_counter()
-        for _ in range(probes):
-            call()
-        probe = slowest(time.perf_counter() - start) / probes
+        probe = slowest(_mean_time(call, barrier, probes, int(warm)))
         wanted = int(np.ceil(least_timed / probe)) if probe > 0 else iterations
         counts[name] = max(iterations, min(most, wanted))
     return counts
@@ -182,12 +176,6 @@ def _interleaved(calls: dict, iterations, warmup: int, *, barrier, slowest,
     for index in range(max(map(len, plan.values()))):
         order = np.random.default_rng([*seed, index]).permutation(len(names))  # every rank's
         for name in (names[i] for i in order if index < len(plan[names[i]])):
-            call, block = calls[name], plan[name][index]
-            if rewarm:
-                call()
-            barrier()
-            start = time.perf_counter()
-            for _ in range(block):
-                call()
-            per_call[name].append(slowest(time.perf_counter() - start) / block)
+            per_call[name].append(slowest(_mean_time(calls[name], barrier, plan[name][index],
+                                                     int(rewarm))))
     return {name: float(np.median(times)) for name, times in per_call.items()}
