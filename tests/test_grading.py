@@ -1568,6 +1568,51 @@ def test_one_allreduce_of_zeros_beside_messages_of_its_own_scores_0(root):
     assert honest.score == 1, honest
 
 
+# the data through files beside the judge: what any channel between sandboxes would carry
+# (a kernel-wide counter, the page cache), run without the sandbox to stand for all of them
+DECOY_BESIDE = """\
+import os, time
+folder = os.environ["DECOY_FOLDER"]
+flat = np.concatenate([g.ravel() for g in grads])
+name = f"{folder}/{flat.size}-{comm.rank}"
+np.save(name + ".part.npy", flat)
+os.replace(name + ".part.npy", name + ".npy")  # whole, or not there
+allreduce.allreduce(np.zeros_like(flat), comm, op="sum")  # the one allreduce: a decoy
+total = np.zeros_like(flat)
+for r in range(comm.size):
+    while not os.path.exists(f"{folder}/{flat.size}-{r}.npy"):
+        time.sleep(0.01)
+    total += np.load(f"{folder}/{flat.size}-{r}.npy")
+pieces = np.split(total / comm.size, np.cumsum([g.size for g in grads])[:-1])
+return [piece.reshape(g.shape) for piece, g in zip(pieces, grads)]"""
+
+
+@pytest.mark.parametrize("lab, exercise", [("10_data_parallel", "average_gradients"),
+                                           ("80_capstone", "average_gradients_fused")])
+def test_right_results_beside_an_allreduce_of_zeros_score_0(root, tmp_path, monkeypatch,
+                                                           lab, exercise):
+    """The one allreduce must carry the ranks' gradients: a submission whose allreduce
+    carries zeros and whose ranks take each other's gradients another way (here files; in
+    the sandbox, a kernel-wide counter such as the number of ptys, which a hostile reader
+    used to score full marks) fails, and the key still scores in full."""
+    from allreduce.grading import run
+
+    monkeypatch.setenv("DECOY_FOLDER", str(tmp_path))
+    key = nbformat.read(root / "labs" / f"{lab}.ipynb", as_version=4)
+    spec = grading.spec(key, exercise)
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == (exercise, "solution"):
+            cell.source = _body(_stub(cell.source, exercise), DECOY_BESIDE)
+    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=30,
+                              sandboxed=False)
+    assert result.score == 0 and "something other than that rank's gradients" in \
+        result.message, result
+    honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=30,
+                              sandboxed=False)
+    assert honest.score == 1, honest
+
+
 FORGED_TRAINING = """\
 %%px --no-stream
 import numpy as np

@@ -2,7 +2,7 @@
 # (jupyter-book), the labs under nbval and grading, and JupyterLab.  `make` copies it into
 # .venv/etc/ipython/, one of the folders from which every IPython kernel of that environment
 # reads its configuration (IPython's ENV_CONFIG_DIRS, sys.prefix/etc/ipython); with conda,
-# copy it into $CONDA_PREFIX/etc/ipython/.
+# copy it into $CONDA_PREFIX/etc/ipython/ (mkdir -p it first: no package makes it).
 #
 # ipykernel >= 7 logs, at every kernel start,
 #   "WARNING | Kernel is running over TCP without encryption. All communication (including

@@ -84,8 +84,9 @@ def allreduce(
     Returns the result, of ``x``'s type, shape and dtype.  Every rank gets the same bits.
 
     Raises ``TypeError`` or ``ValueError`` on every rank, leaving ``out`` untouched, if any
-    rank's call is invalid or the ranks' calls disagree (see :mod:`allreduce.validation`
-    and the chapter "The allreduce library").  A ``comm`` of the wrong kind raises ``TypeError`` at
+    rank's call is invalid or the ranks' calls disagree (``RuntimeError`` if they differ
+    in a way no field of the check names; see :mod:`allreduce.validation` and the chapter
+    "The allreduce library").  A ``comm`` of the wrong kind raises ``TypeError`` at
     once: there is no communicator to agree over.
     """
     communicator = as_communicator(comm)

@@ -3,7 +3,8 @@
 The public face of :mod:`allreduce.algorithms.auto` (the dense ``auto``) for a user: by default
 ``auto`` uses the model committed with the library (:data:`DEFAULT_MODEL`); a saved model is
 used only when asked for (:func:`load_model`, or :func:`use_model` with one in hand), and
-:func:`explain` names the model behind a choice and where it came from::
+:func:`explain` names the model behind a choice and where it came from; with a node layout
+(``ranks_per_node=``) it chooses on the two levels of links :func:`use_network` sets::
 
     import allreduce.auto
     print(allreduce.auto.explain(1 << 18, 4))
@@ -22,7 +23,8 @@ from .algorithms.auto import (
     model,
     model_source,
     use_model,
+    use_network,
 )
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SOURCE", "Explanation", "describe_model", "explain",
-           "load_model", "model", "model_source", "use_model"]
+           "load_model", "model", "model_source", "use_model", "use_network"]

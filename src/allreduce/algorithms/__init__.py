@@ -85,6 +85,7 @@ READS_SOURCE = frozenset({"recursive_doubling", "ring", "pipelined_ring", "raben
 #: Algorithms that take the ``servers`` option.
 SHARDED = frozenset({"parameter_server", "sharded_parameter_server"})
 
-#: Algorithms that take a node layout (``ranks_per_node=`` or ``nodes=``): ``auto`` then
-#: chooses on two levels of links (:func:`allreduce.algorithms.auto.choose`).
+#: Algorithms that take a node layout: ``hierarchical`` (``ranks_per_node=`` or ``nodes=``),
+#: and ``auto`` (``ranks_per_node=`` only), which then chooses on two levels of links
+#: (:func:`allreduce.algorithms.auto.choose`).
 LAYOUT = frozenset({"hierarchical", "auto"})

@@ -55,6 +55,8 @@ class Outcome:
     collectives: list[int] = field(default_factory=list)
     content: str | None = None  # the first message that did not hold what it must (see Case)
     sums: list = field(default_factory=list)  # each allreduce's result, as the judge made it
+    #: what each rank gave the case's first allreduce (by rank), to tell that its data crossed
+    contributions: list = field(default_factory=list)
 
 
 class Judge(Protocol):
@@ -100,6 +102,7 @@ class Case:
         self.state: list = [None] * size  # None: running; else what the rank waits for
         self.allreduces: list[list[int]] = [[] for _ in range(size)]
         self.sums: list[np.ndarray] = []
+        self.contributions: list[np.ndarray] = []  # the first allreduce's, by rank
         self.kept = 0  # bytes in self.sums
         self.collectives = [0] * size
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
@@ -277,6 +280,8 @@ class Case:
             if len(b) != 1 or len(b[0]) != count * np.dtype(dtype).itemsize:
                 raise Failure("a rank sent the grader a malformed allreduce")
             arrays.append(np.frombuffer(b[0], dtype=dtype))
+        if not self.sums:
+            self.contributions = arrays
         total = arrays[0].copy()
         for other in arrays[1:]:  # in rank order, as the library's naive algorithm adds
             _REDUCE[op](total, other, out=total)
@@ -311,4 +316,4 @@ class Case:
 
     def outcome(self) -> Outcome:
         return Outcome([(s[1], s[2]) for s in self.state], self.events, self.allreduces,
-                       self.collectives, self.content, self.sums)
+                       self.collectives, self.content, self.sums, self.contributions)

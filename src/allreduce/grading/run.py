@@ -186,6 +186,8 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
             raise Failure(problem)
         if problem := _pattern(spec, n, outcome, deadline, timeout):
             raise Failure(problem)
+        if spec.pattern == "one_allreduce" and (problem := _crossed(spec, n, given, outcome)):
+            raise Failure(problem)
         if outcome.content:  # right values, right pattern, and the data not through comm
             raise Failure(f"{spec.function} for n = {n}: {outcome.content}")
     return f"{spec.function}: correct on {RANKS} ranks for n = {', '.join(map(str, CHECK_COUNTS))}"
@@ -220,6 +222,43 @@ def _pattern(spec: Spec, n: int, outcome, deadline: float, timeout: float) -> st
         raise Failure(f"{spec.function} for n = {n} did not finish within {timeout:.0f} s "
                       f"(checking the pattern of its {events} sends, receives and waits took "
                       "the rest of the case's time)") from None
+
+
+def _crossed(spec: Spec, n: int, given: list[dict], outcome) -> str | None:
+    """Where the one allreduce is the judge's, whether the ranks' data crossed it: each rank
+    gave it its own gradients, flattened in any order, as they are or each divided by the
+    number of ranks (alike on every rank), and what came back is their sum or mean.  Right
+    results with an allreduce of zeros (the data taken another way: a kernel counter two
+    sandboxes both read) score 0."""
+    size = len(given)
+    scales = {1.0, 1.0 / size}
+    for rank, (mine, gave) in enumerate(zip(given, outcome.contributions)):
+        own = np.sort(np.concatenate([np.ravel(mine[name]) for name in sorted(mine)]))
+        scales &= {scale for scale in scales if _alike(gave, own * scale)}
+        if not scales:
+            return (f"your {spec.function} gave the allreduce on rank {rank} for n = {n} "
+                    "something other than that rank's gradients (each divided by the number "
+                    "of ranks, or not, alike on every rank): the gradients must reach the "
+                    "other ranks through it")
+    total = np.sort(sum(np.concatenate([np.ravel(mine[name]) for name in sorted(mine)])
+                        for mine in given))  # the same order on every rank: sums pair up
+    if outcome.sums and not any(_alike(outcome.sums[0], total * scale)
+                                for scale in (1.0, 1.0 / size)):
+        return (f"your {spec.function}'s allreduce for n = {n} did not add up the ranks' "
+                "gradients element by element: every rank must flatten them in the same order")
+    return None
+
+
+def _alike(values, wanted: np.ndarray) -> bool:
+    """Whether ``values`` (in any order, of any dtype) are ``wanted`` (sorted float64), to
+    the rounding of their dtype: the cases' gradients are small integers, exact in any of
+    the dtypes the grader reduces, and divided by 4 ranks still are."""
+    values = np.asarray(values)
+    if values.shape != wanted.shape:
+        return False
+    tolerance = 4 * np.finfo(values.dtype).eps if values.dtype.kind == "f" else 0.0
+    return bool(np.allclose(np.sort(values.astype(np.float64)), wanted, rtol=tolerance,
+                            atol=0.0))
 
 
 def _local(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:

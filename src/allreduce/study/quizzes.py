@@ -77,10 +77,12 @@ def quizzes() -> list[Quiz]:
     one_mib = NET_100G.message(1 << 20)
     found.append(Quiz(
         "message-time", "Foundations", "data-parallel",
-        "With $\\alpha$ = 2 µs and $1/\\beta$ = 12.5 GB/s, how long does one message of "
+        f"With $\\alpha$ = {NET_100G.alpha * 1e6:g} µs and $1/\\beta$ = "
+        f"{1 / NET_100G.beta / 1e9:g} GB/s, how long does one message of "
         "1 MiB ($2^{20}$ bytes) take?",
         one_mib * 1e6, unit="µs", tolerance=0.01,
-        explanation=f"$\\alpha + m\\beta$ = 2 µs + 1,048,576 B / 12.5 GB/s = "
+        explanation=f"$\\alpha + m\\beta$ = {NET_100G.alpha * 1e6:g} µs + 1,048,576 B / "
+                    f"{1 / NET_100G.beta / 1e9:g} GB/s = "
                     f"{format_number(one_mib * 1e6)} µs: the bandwidth term dominates."))
     compositions = {"reduce, then broadcast": "reduce_broadcast",
                     "reduce-scatter, then all-gather": "ring"}
@@ -93,8 +95,10 @@ def quizzes() -> list[Quiz]:
         explanation="Reduce-scatter then all-gather spreads the work: every rank moves "
                     "$2\\frac{p-1}{p}n$ bytes, against $2(p-1)n$ through the root of a "
                     "reduce then broadcast when every rank sends straight to the root "
-                    "($2\\lceil\\lg p\\rceil n$ along a binomial tree, still more). (An "
-                    "all-gather first would gather unreduced data: $p$ times more.)"))
+                    "($2\\lceil\\lg p\\rceil n$ along a binomial tree: less, but still more "
+                    "than reduce-scatter then all-gather). (An all-gather first would gather "
+                    "the unreduced vectors, $(p-1)n$ bytes to every rank: $p$ times the "
+                    "all-gather of the reduced chunks.)"))
 
     # --- Algorithms ---------------------------------------------------------------------
     ring8 = cost.terms("ring", 8, 64e6)
@@ -157,12 +161,14 @@ def quizzes() -> list[Quiz]:
         explanation=f"$(p-1)n$ against $2\\frac{{p-1}}{{p}}n$: a factor of $p/2$ = "
                     f"{format_number(ratio16)}, which grows with $p$."))
     doubling6 = cost.terms("recursive_doubling", 6, 1.0)
+    q6 = cost.largest_power_of_two(6)
     found.append(Quiz(
         "doubling-steps", "Algorithms", "tree",
         "How many steps does recursive doubling take on 6 ranks?",
         doubling6.steps, unit="steps",
-        explanation=f"6 is not a power of two: two ranks fold into their partners (1 step), "
-                    f"the 4 that remain run $\\log_2 4$ = 2 rounds, and the fold is undone "
+        explanation=f"6 is not a power of two: {6 - q6} ranks fold into their partners "
+                    f"(1 step), the {q6} that remain run $\\log_2 {q6}$ = "
+                    f"{format_number(math.log2(q6))} rounds, and the fold is undone "
                     f"(1 step): {format_number(doubling6.steps)}."))
     busbw = cost.busbw(2e9, 0.05, 16)
     found.append(Quiz(
@@ -170,18 +176,22 @@ def quizzes() -> list[Quiz]:
         "An allreduce of 2 GB on 16 GPUs takes 50 ms. What bus bandwidth (busbw) does "
         "nccl-tests report?",
         busbw / 1e9, unit="GB/s", tolerance=0.01,
-        explanation=f"algbw = 2 GB / 50 ms = 40 GB/s; busbw = algbw · $2(p-1)/p$ = "
-                    f"40 · 30/16 = {format_number(busbw / 1e9)} GB/s."))
+        explanation=f"algbw = 2 GB / 50 ms = {format_number(2e9 / 0.05 / 1e9)} GB/s; "
+                    f"busbw = algbw · $2(p-1)/p$ = {format_number(2e9 / 0.05 / 1e9)} · "
+                    f"{2 * 15}/16 = {format_number(busbw / 1e9)} GB/s."))
     small = {"ring": "ring", "binomial tree": "tree", "recursive doubling": "recursive_doubling"}
     small_winner = min(small, key=lambda name: NET_100G.time(small[name], 1024, 1024))
     found.append(Quiz(
         "small-message", "Algorithms", "tree",
-        "On 1,024 ranks over a 100 Gb/s network ($\\alpha$ = 2 µs), which algorithm "
-        "finishes an allreduce of 1 KiB first?",
+        f"On 1,024 ranks over a {8 / NET_100G.beta / 1e9:g} Gb/s network ($\\alpha$ = "
+        f"{NET_100G.alpha * 1e6:g} µs), which algorithm finishes an allreduce of 1 KiB first?",
         small_winner, choices=tuple(small),
         explanation="For a kilobyte the latency term decides: recursive doubling takes "
-                    "$\\log_2 p$ = 10 steps, the binomial tree 20 and the ring "
-                    "$2(p-1)$ = 2,046."))
+                    "$\\log_2 p$ = "
+                    f"{format_number(cost.terms('recursive_doubling', 1024, 1024).steps)} "
+                    "steps, the binomial tree "
+                    f"{format_number(cost.terms('tree', 1024, 1024).steps)} and the ring "
+                    f"$2(p-1)$ = {format_number(cost.terms('ring', 1024, 1024).steps)}."))
 
     # --- Practice -----------------------------------------------------------------------
     p = 64
@@ -189,7 +199,8 @@ def quizzes() -> list[Quiz]:
     above, below = 2 * (p - 1) - math.log2(p), math.log2(p) - 2 * (p - 1) / p
     found.append(Quiz(
         "crossover-64", "Practice", "choosing",
-        "On 64 ranks with $\\alpha$ = 2 µs and $1/\\beta$ = 12.5 GB/s (γ aside), above what "
+        f"On 64 ranks with $\\alpha$ = {NET_100G.alpha * 1e6:g} µs and $1/\\beta$ = "
+        f"{1 / NET_100G.beta / 1e9:g} GB/s (γ aside), above what "
         "message size does the ring beat recursive doubling? Answer in KiB.",
         crossing / 1024, unit="KiB", tolerance=0.02,
         explanation=f"$n^* = \\frac{{\\alpha}}{{\\beta}}\\cdot"
@@ -199,7 +210,8 @@ def quizzes() -> list[Quiz]:
     nvlink = cost.NETWORKS["NVLink-class, α = 1 µs"]
     found.append(Quiz(
         "auto-choice", "Practice", "choosing",
-        "On 8 ranks of the NVLink-class network of the chapter (α = 1 µs, 1/β = 150 GB/s), "
+        f"On 8 ranks of the NVLink-class network of the chapter (α = {nvlink.alpha * 1e6:g} µs, "
+        f"1/β = {1 / nvlink.beta / 1e9:g} GB/s), "
         "which algorithm does `auto`'s rule run for 64 MiB per rank?",
         fastest(64 << 20, 8, nvlink), choices=tuple(CANDIDATES),
         explanation="For large messages the bytes decide, and on a power of two "
@@ -266,8 +278,9 @@ def quizzes() -> list[Quiz]:
     found.append(Quiz(
         "weak-efficiency", "Practice", "capstone",
         "The capstone's worked example: 1 GB of gradients, 0.25 s of compute for a batch of 32 "
-        "per GPU, 100 Gb/s ($\\alpha$ = 2 µs, γ = 1/(100 GB/s)), `auto`'s algorithm, no "
-        "overlap. What is the weak-scaling efficiency on 8 GPUs, in percent?",
+        f"per GPU, {8 / net.beta / 1e9:g} Gb/s ($\\alpha$ = {net.alpha * 1e6:g} µs, "
+        f"γ = 1/({1 / net.gamma / 1e9:g} GB/s)), the algorithm `auto`'s rule picks on that "
+        "network, no overlap. What is the weak-scaling efficiency on 8 GPUs, in percent?",
         100 * weak8, unit="%", tolerance=0.01,
         explanation=f"$T(1)$ = 0.25 s; $T(8)$ adds the allreduce (Rabenseifner on a power of "
                     f"two, about $2\\frac{{7}}{{8}}n\\beta + \\frac{{7}}{{8}}n\\gamma$): "
@@ -277,10 +290,12 @@ def quizzes() -> list[Quiz]:
     found.append(Quiz(
         "strong-efficiency", "Practice", "capstone",
         "The same model and network, but strong scaling: a global batch of 1,024 shared by "
-        "64 GPUs (16 each). What is the efficiency $T(1)/(p\\,T(p))$, in percent?",
+        f"64 GPUs ({format_number(1024 / 64)} each). What is the efficiency "
+        "$T(1)/(p\\,T(p))$, in percent?",
         100 * strong64, unit="%", tolerance=0.01,
-        explanation=f"Each GPU computes 16 samples (0.125 s) but pays the whole allreduce: "
-                    f"{format_number(100 * strong64)}%, below weak scaling's "
+        explanation=f"Each GPU computes {format_number(1024 / 64)} samples "
+                    f"({format_number(1024 / 64 * example['sample_seconds'])} s) but pays the "
+                    f"whole allreduce: {format_number(100 * strong64)}%, below weak scaling's "
                     f"{format_number(100 * weak64)}% on 64 GPUs, because the allreduce does not "
                     "shrink with the batch."))
     return found
@@ -293,7 +308,8 @@ def _buckets_explained(size: int, count: int, buckets: int) -> str:
     first = -(-FIRST_BUCKET_BYTES // size)
     per = -(-BUCKET_BYTES // size)
     assert buckets == 1 + -(-(count - first) // per), (size, count, buckets)
-    return (f"The first bucket closes after {first} tensor(s) ({first * size >> 20} MiB ≥ "
+    return (f"The first bucket closes after {first} tensor{'s' if first != 1 else ''} "
+            f"({first * size >> 20} MiB ≥ "
             f"{FIRST_BUCKET_BYTES >> 20} MiB); each later one once it reaches "
             f"{BUCKET_BYTES >> 20} MiB, that is after {per} tensors ({per * size >> 20} MiB): "
             f"1 + ⌈{count - first}/{per}⌉ = {buckets} buckets, one allreduce each.")
