@@ -1128,6 +1128,13 @@ thread = threading.Thread(target=lambda: None)
 thread.start()
 thread.join()
 found["a subprocess"] = subprocess.run(["/bin/true"]).returncode  # clone3, then clone
+import os
+for path in ("/dev/ptmx", "/proc/sys/kernel/pty/nr", "/proc/sys/fs/file-nr"):
+    try:
+        os.close(os.open(path, os.O_RDWR if path == "/dev/ptmx" else os.O_RDONLY))
+        found[path] = 0
+    except OSError as error:
+        found[path] = error.errno
 print(json.dumps(found))"""
 
 
@@ -1175,6 +1182,10 @@ def test_the_syscall_filter_refuses_every_listed_call_and_numpy_still_runs(monke
     assert found["futex shared requeue"] == errno.EPERM
     assert found["futex shared wait"] == errno.EAGAIN and found["pthread_join"] == 0
     assert found["futex_wake"] == found["futex_waitv"] == errno.ENOSYS
+    # a pty opened in one sandbox counted in the kernel-wide /proc/sys/kernel/pty/nr that
+    # another read: 28 bits in 121 ms.  No ptys, no /proc/sys
+    assert found["/dev/ptmx"] == found["/proc/sys/kernel/pty/nr"] == errno.ENOENT
+    assert found["/proc/sys/fs/file-nr"] == errno.ENOENT
     monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)  # the same calls, unfiltered
     safe = {name: seccomp.DENIED[name] for name in ("keyctl", "memfd_create", "inotify_init")}
     unfiltered = _in_a_sandbox(SYSCALLS.replace('found["clone', '# found["clone'),

@@ -282,7 +282,12 @@ def _no_cgroup() -> str | None:
 
 
 def _limits(timeout: float) -> Limits:
-    return Limits(cpu=max(Limits().cpu, int(4 * timeout)))
+    """A rank's CPU seconds: every case of an exercise may take ``timeout`` of wall time in
+    the one process (and its start one more), so an honest rank busy all along stays under
+    it; each case's own deadline, not this, stops a rank that loops."""
+    from ..lab import CHECK_COUNTS
+
+    return Limits(cpu=max(Limits().cpu, int((len(CHECK_COUNTS) + 1) * timeout) + 1))
 
 
 def _self(args, parser) -> int:

@@ -157,7 +157,11 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan,
     for path in mounts:
         args += ["--ro-bind", str(path), str(path)]
     args += _library(plan.files)
+    # no ptys (a new one counts in the kernel-wide /proc/sys/kernel/pty/nr, which every
+    # sandbox could read) and no /proc/sys (that counter, fs/file-nr, and the like)
     args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "0755", "--size", "4096", "--tmpfs", "/dev/pts",
+             "--perms", "0555", "--size", "4096", "--tmpfs", "/proc/sys",
              "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
              "--perms", "0755", "--dir", "/run",
              "--perms", "1777", "--size", size, "--tmpfs", RUN_FOLDER, "--chdir", RUN_FOLDER,

@@ -37,10 +37,13 @@ refuses, and why:
 What else is shared between two sandboxes, and why it carries nothing: SysV IPC objects and
 abstract Unix sockets belong to the IPC and network namespaces, each sandbox's own (and the
 SysV calls are refused anyway); ``/proc`` shows a sandbox only its own PID namespace's
-processes; what stays shared is timing (the page cache of the shared read-only files, the
-machine's load in ``/proc/stat``), a covert channel of a few bits a second (no faster one is
-known once shared futexes are refused) that the judge's check of every message's content
-(:mod:`allreduce.grading.matching`) makes useless where it applies: a rank must send the
+processes; the sandbox has no ptys and no ``/proc/sys`` (:mod:`allreduce.grading.sandbox`:
+the kernel-wide count of ptys there carried data exactly).  What stays shared can still
+carry data between sandboxes: the page cache of the shared read-only files (a red-team
+round read another rank's data through it at about 5 kbit/s) and the machine's counters in
+``/proc`` (its load in ``/proc/stat``).  The judge's checks make it useless: every message's
+content (:mod:`allreduce.grading.matching`), and where the one allreduce is the judge's,
+each rank's share of it (:func:`allreduce.grading.run._crossed`): a rank must send the
 right data through the judge whatever else it learns.
 
 Assembled by hand (a few dozen lines, no dependency) rather than with ``pyseccomp``, which
