@@ -1,6 +1,7 @@
-"""Timing collectives the way the field does (nccl-tests, OSU): warm-up, barrier, time,
-take the slowest rank, and check every result; the calls of one size in interleaved rounds
-(:func:`_interleaved`), so that a shared machine's drift hits them alike."""
+"""Timing collectives the way the field does (nccl-tests, OSU): warm-up, barrier, time, and
+check every result; a call's time is the slowest rank's (what the job waits for; nccl-tests
+reports the ranks' average by default, its ``-a`` option); the calls of one size in
+interleaved rounds (:func:`_interleaved`), so that a shared machine's drift hits them alike."""
 
 from __future__ import annotations
 
