@@ -74,6 +74,24 @@ def test_every_rank_gets_the_same_bits(algorithm):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_nans_of_different_payloads_give_every_rank_the_same_bits(algorithm):
+    """A NaN carries a payload, and IEEE leaves which operand's a sum keeps to the machine:
+    numpy's in-place add of one element keeps the NaN of the operand that is not ``out``
+    (of more elements, the first's), so ranks that add the same two NaNs with ``out`` on
+    different sides got different bits, at one element, until ops.combine stopped doing one
+    element in place.  Payloads differ by rank here; counts of 1 and more."""
+    for p in (2, 3, 5, 6):
+        for count in (1, 2, 9):
+            def body(comm):
+                nan = np.array([0x7FF8000000000000 | (comm.rank + 1)], np.uint64)
+                x = np.repeat(nan.view(np.float64), count)
+                return allreduce.allreduce(x, comm, algorithm, "sum")
+            results = run_threads(p, body)
+            assert np.isnan(results[0]).all()
+            assert len({r.tobytes() for r in results}) == 1, (algorithm, p, count)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_shapes_out_and_in_place(algorithm):
     p = 4
     base = [exact_input(r, 60, "float32", "sum").reshape(3, 4, 5) for r in range(p)]

@@ -188,6 +188,25 @@ def test_a_bad_call_on_one_rank_raises_on_every_rank(problem, algorithm):
         assert i.tobytes() == i0.tobytes() and v.tobytes() == v0.tobytes()
 
 
+def test_a_dense_tensor_where_a_sparse_one_belongs_raises_on_every_rank():
+    """sparse_allreduce(t, comm) with a dense t on one rank: that rank took the
+    communicator for the values and raised at once, and the others waited in the check."""
+    torch = pytest.importorskip("torch")
+
+    def body(comm):
+        t = torch.zeros(8)
+        t[comm.rank] = 1.0
+        try:
+            sparse_allreduce(t if comm.rank == 1 else t.to_sparse(), comm)
+        except (TypeError, ValueError) as error:
+            return str(error)
+        return None
+
+    messages = run_threads(4, body, timeout=10)
+    assert all(messages) and len(set(messages)) == 1, messages
+    assert "takes a torch sparse COO tensor, got one of layout torch.strided" in messages[0]
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_the_result_never_shares_the_callers_values(algorithm):
     """When one rank alone holds pairs, its own values are the sum: the result is still a

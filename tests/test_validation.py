@@ -212,6 +212,33 @@ def test_torch_tensor_mismatches():
     assert "out must be of the same type as x (Tensor), got ndarray" in str(raised)
 
 
+def test_a_sparse_tensor_is_refused_on_every_rank():
+    """torch 2.13 gives a sparse COO tensor strides, (0,) for 1-D: a check that waited for
+    stride() to raise let it through to the algorithm, which raised a RuntimeError on every
+    rank, or, when one rank alone passed one, left the others waiting in the ring."""
+    torch = pytest.importorskip("torch")
+    for ranks_with_one in ((0,), range(P)):
+        for algorithm in ("ring", "recursive_doubling", "auto"):
+            raised = errors_on_every_rank(lambda comm: allreduce.allreduce(
+                torch.arange(8.0).to_sparse() if comm.rank in ranks_with_one else
+                torch.arange(8.0), comm, algorithm))
+            assert "x must be a dense tensor, got layout torch.sparse_coo" in str(raised)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "auto"])
+def test_an_empty_array_of_several_dimensions_is_written(algorithm):
+    """numpy gives an empty array zero strides, (0, 0) for shape (2, 0): they name no address
+    that several elements share, so out=x, another empty out and a phase all take it."""
+    def body(comm):
+        x = np.zeros((2, 0))
+        shapes = [allreduce.allreduce(x, comm, algorithm, out=x).shape,
+                  allreduce.allreduce(x, comm, algorithm, out=np.empty((2, 0))).shape]
+        allreduce.reduce_scatter(np.zeros((3, 0)), comm)
+        return shapes
+
+    assert run_threads(P, body, timeout=10) == [[(2, 0), (2, 0)]] * P
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "auto"])
 def test_a_failed_call_leaves_out_untouched(algorithm):
     def body(comm):

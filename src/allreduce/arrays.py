@@ -65,11 +65,18 @@ def problem(x, name: str = "x", *, written: bool = False) -> str | None:
             return f"{name} is read-only, and the call writes into it"
         strides = x.strides
     else:
+        import torch
+
+        if x.layout != torch.strided:  # sparse COO has strides (0,) in torch 2.13: not enough
+            return (f"{name} must be a dense tensor, got layout {x.layout} (for a sparse "
+                    "one, allreduce.sparse_allreduce)")
         try:
             strides = x.stride()
-        except RuntimeError:  # a sparse or otherwise unstrided tensor
+        except RuntimeError:  # another unstrided tensor
             return f"{name} must be a dense tensor, got layout {x.layout}"
-    if written and any(stride == 0 and size > 1 for size, stride in zip(x.shape, strides)):
+    # an empty array may have zero strides (numpy gives them): it has no address to share
+    if written and any(stride == 0 and size > 1 for size, stride in zip(x.shape, strides)) \
+            and all(x.shape):
         return (f"{name} has several elements on one address (a broadcast or expanded view), "
                 "and the call writes into it")
     return None

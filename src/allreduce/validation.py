@@ -193,7 +193,11 @@ def describe(
                 )
         if out is not None:
             _check_out(x, out)
-        comm.native(x)  # raises TypeError if this transport cannot move x
+        # raises TypeError if this transport cannot move x's kind (a CUDA tensor over gloo,
+        # numpy over NCCL); a strided x travels as a contiguous copy, whose layout is the
+        # library's (torch.from_numpy refuses x[::-1] itself)
+        comm.native(x if arrays.is_contiguous(x) else
+                    np.empty(0, x.dtype) if isinstance(x, np.ndarray) else x.new_empty(0))
     except (TypeError, ValueError) as problem:
         call.problem = problem
     except Exception as problem:  # anything unforeseen is still reported on every rank

@@ -62,6 +62,18 @@ def test_numpy_arrays_over_gloo(world):
                         str(result))
 
 
+def test_numpy_arrays_of_negative_strides_over_gloo(world):
+    """torch.from_numpy refuses x[::-1], but a strided x travels as the library's contiguous
+    copy: the check asked the transport about x itself and refused it on every rank."""
+    x = (np.arange(6.0) * (dist.get_rank() + 1))[::-1]  # a view, of stride -8
+    assert x.strides == (-8,)
+    out = np.empty(12)[::-2]
+    result = allreduce.allreduce(x, world, algorithm="ring", out=out)
+    p = dist.get_world_size()
+    want = np.arange(6.0)[::-1] * (p * (p + 1) // 2)
+    assert_on_all_ranks(result is out and bool((out == want).all()), str(out))
+
+
 def test_mismatch_raises_on_every_rank(world):
     if dist.get_world_size() == 1:
         pytest.skip("a mismatch needs two ranks")

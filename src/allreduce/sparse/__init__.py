@@ -24,7 +24,7 @@ from ..algorithms.auto import model as auto_model
 from ..transports import as_communicator
 from . import auto
 from .allgather import allgather
-from .check import _is_torch_sparse, agree, as_torch, describe
+from .check import _is_torch, agree, as_torch, describe
 from .chunks import BOUNDARIES, CHUNKED
 from .dense import dense
 from .sparse_direct import sparse_direct
@@ -68,8 +68,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     ``sparse_direct`` cut the index range; by default ``auto`` chooses it with the
     algorithm, and an algorithm named cuts equal lengths.  The caller's arrays are never
     modified."""
-    if _is_torch_sparse(indices) and comm is None:
-        comm, values = values, None
+    if _is_torch(indices) and comm is None:  # sparse_allreduce(t, comm); a dense t is refused
+        comm, values = values, None  # by the check, on every rank
     communicator = as_communicator(comm)
     names = (*SPARSE_ALGORITHMS, "auto")
     if boundaries is None and algorithm != "auto":

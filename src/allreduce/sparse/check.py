@@ -72,6 +72,10 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
         if _is_torch_sparse(indices):
             call.torch = True
             indices, values, n = _from_torch(indices)
+        elif _is_torch(indices) and values is None:
+            raise TypeError(f"sparse_allreduce(t, comm) takes a torch sparse COO tensor, got "
+                            f"one of layout {indices.layout}: pass t.to_sparse(), or reduce a "
+                            "dense tensor with allreduce.allreduce")
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
             raise TypeError(f"n, the dense length, must be an integer >= 0, got {n!r}")
         call.n = int(n)
@@ -136,8 +140,12 @@ def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
     return []  # not reached: raise_on_every_rank always raises
 
 
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "layout")
+
+
 def _is_torch_sparse(x) -> bool:
-    return type(x).__module__.startswith("torch") and getattr(x, "is_sparse", False)
+    return _is_torch(x) and getattr(x, "is_sparse", False)
 
 
 def _from_torch(tensor):
