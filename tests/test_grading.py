@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from allreduce import grading
@@ -1596,6 +1597,62 @@ for r in range(comm.size):
     total += np.load(f"{folder}/{flat.size}-{r}.npy")
 pieces = np.split(total / comm.size, np.cumsum([g.size for g in grads])[:-1])
 return [piece.reshape(g.shape) for piece, g in zip(pieces, grads)]"""
+
+
+def _gave(given, how):
+    """What each rank gives the one allreduce, and what comes back, for an honest (or not)
+    way ``how`` of flattening each rank's gradients."""
+    contributions = [how(mine, rank) for rank, mine in enumerate(given)]
+    return contributions, sum(np.asarray(c, np.float64) for c in contributions)
+
+
+FLAT = {  # rank's gradients g0, g1, g2 -> what it gives the allreduce
+    "in order": lambda m, r: np.concatenate([m[k].ravel() for k in ("g0", "g1", "g2")]),
+    "reversed": lambda m, r: np.concatenate([m[k].ravel() for k in ("g2", "g1", "g0")]),
+    "Fortran order": lambda m, r: np.concatenate([m[k].ravel("F") for k in ("g0", "g1", "g2")]),
+    "float32": lambda m, r: FLAT["in order"](m, r).astype(np.float32),
+    "divided first": lambda m, r: FLAT["in order"](m, r) / 4,
+    "float16 divided": lambda m, r: (FLAT["in order"](m, r) / 4).astype(np.float16),
+}
+DISHONEST = {
+    "zeros": lambda m, r: np.zeros_like(FLAT["in order"](m, r)),
+    "rank 1 reversed": lambda m, r: FLAT["reversed" if r == 1 else "in order"](m, r),
+    "rank 2 divided": lambda m, r: FLAT["divided first" if r == 2 else "in order"](m, r),
+    "sorted": lambda m, r: np.sort(FLAT["in order"](m, r)),
+}
+
+
+@pytest.mark.parametrize("how", sorted({**FLAT, **DISHONEST}))
+def test_the_one_allreduce_must_carry_each_ranks_own_gradients(how):
+    """``_crossed`` on made-up outcomes: each honest way of flattening the gradients (any
+    order alike on every rank, another dtype, divided by the ranks first) passes; zeros,
+    orders that differ between ranks (the sums then add unlike elements), a scale on one
+    rank only, and sorted values (each rank's own, but added out of step) fail."""
+    from types import SimpleNamespace
+
+    from allreduce.grading import run
+    from allreduce.lab import checks
+
+    for n in (1, 3, 1001):
+        given, _ = checks.inputs("average_gradients", n, run.RANKS, np.random.default_rng(n))
+        contributions, total = _gave(given, {**FLAT, **DISHONEST}[how])
+        outcome = SimpleNamespace(contributions=contributions, sums=[total])
+        spec = SimpleNamespace(function="average_gradients")
+        problem = run._crossed(spec, n, given, outcome)
+        if how in FLAT:
+            assert problem is None, (how, n, problem)
+        else:
+            assert problem is not None, (how, n)
+
+
+def test_a_ranks_cpu_limit_covers_every_case_of_an_exercise():
+    """Each case may take --timeout of wall time in one rank process: an honest rank busy
+    all along must stay under its CPU-time limit (4 x --timeout ended one in its last case)."""
+    from allreduce.grading import cli
+    from allreduce.lab import CHECK_COUNTS
+
+    for timeout in (1, 30, 60, 300):
+        assert cli._limits(timeout).cpu >= len(CHECK_COUNTS) * timeout
 
 
 @pytest.mark.parametrize("lab, exercise", [("10_data_parallel", "average_gradients"),

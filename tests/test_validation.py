@@ -223,6 +223,13 @@ def test_a_sparse_tensor_is_refused_on_every_rank():
                 torch.arange(8.0).to_sparse() if comm.rank in ranks_with_one else
                 torch.arange(8.0), comm, algorithm))
             assert "x must be a dense tensor, got layout torch.sparse_coo" in str(raised)
+    # an expanded dense tensor has a sparse one's strides, (0,), and may be reduced (nothing
+    # writes into it): its kept plan must not let a sparse tensor skip the check
+    def body(comm):
+        allreduce.allreduce(torch.zeros(1).expand(8), comm, "ring")
+        sparse = torch.arange(8.0).to_sparse()
+        return allreduce.allreduce(sparse if comm.rank == 0 else sparse.to_dense(), comm, "ring")
+    assert "got layout torch.sparse_coo" in str(errors_on_every_rank(body))
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "auto"])

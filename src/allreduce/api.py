@@ -199,14 +199,15 @@ def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
     elif type(out) is kind:  # and what says whether it may be written: the flag (numpy),
         try:  # and the strides (a broadcast view has a zero stride): arrays.problem's tests
             given = (out.shape, out.dtype, out.device, *((out.flags.writeable, out.strides)
-                     if kind is np.ndarray else (out.stride(),)))
+                     if kind is np.ndarray else (out.layout, out.stride())))
         except Exception:  # noqa: BLE001 - describe() reports it, on every rank
             return None
     else:
         return None
     try:  # x's strides (a transport may refuse a layout: torch.from_numpy, negative ones),
         # and the options' types: ranks_per_node=True equals 1 as a key, but is refused
-        strides = x.strides if kind is np.ndarray else x.stride()
+        # (a sparse tensor has strides, those of an expanded dense one: the layout tells)
+        strides = x.strides if kind is np.ndarray else (x.layout, x.stride())
         key = (kind, x.shape, x.dtype, x.device, strides, given, op, algorithm, servers,
                type(servers), ranks_per_node, type(ranks_per_node), nodes, inner)
         hash(key)

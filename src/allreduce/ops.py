@@ -70,12 +70,13 @@ def _function(op: Op, array):
 
 
 def combine(op: Op, inout, incoming, *, incoming_first: bool = False, source=None) -> None:
-    """``inout = inout (op) incoming`` in place, with no allocation; with ``source``,
-    ``inout = source (op) incoming``.
+    """``inout = inout (op) incoming`` in place, with no allocation (but for one element,
+    below); with ``source``, ``inout = source (op) incoming``.
 
     ``incoming_first`` computes ``incoming (op) inout`` instead.  The operators here are
-    commutative, so both give the same bits; the flag lets an algorithm combine partial
-    results in rank order, which is what an MPI library promises for non-commutative ops.
+    commutative, so both give the same bits, NaN payloads apart (below); the flag lets an
+    algorithm combine partial results in rank order, which is what an MPI library promises
+    for non-commutative ops.
 
     With ``source``, the three-array form reduces ``source`` and ``incoming`` straight into
     ``inout``.  An earlier numpy (the course's machine, 256 KiB to 16 MiB) ran it at half the
@@ -85,17 +86,18 @@ def combine(op: Op, inout, incoming, *, incoming_first: bool = False, source=Non
     runs, on slices at odd offsets, so the copy is gone.  Both give the same bits.
 
     A one-element numpy array is combined into a new array and copied in: numpy 2.4's
-    ``add`` of one element in place gives the NaN of the operand that is *not* ``out`` (of
+    ``add`` of one element in place keeps the NaN of the operand that is *not* ``out`` (of
     two or more, the first operand's), so two ranks adding the same NaNs with ``out`` on
     different sides got different payloads.
     """
     function = _function(op, inout)
     first = inout if source is None else source
-    first, second = (incoming, first) if incoming_first else (first, incoming)
-    if isinstance(inout, np.ndarray) and inout.size == 1:
-        inout[...] = function(first, second)
+    if incoming_first:
+        first, incoming = incoming, first
+    if type(inout) is np.ndarray and inout.size == 1:  # (0-d too)
+        inout[...] = function(first, incoming)
     else:
-        function(first, second, out=inout)
+        function(first, incoming, out=inout)
 
 
 def finish(op: Op, buffer, size: int) -> None:

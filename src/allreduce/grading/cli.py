@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..lab import CHECK_COUNTS
 from . import report, similarity
 from .batch import Interrupted, grade, never_stops, read_notebook
 from .run import Result
@@ -285,8 +286,6 @@ def _limits(timeout: float) -> Limits:
     """A rank's CPU seconds: every case of an exercise may take ``timeout`` of wall time in
     the one process (and its start one more), so an honest rank busy all along stays under
     it; each case's own deadline, not this, stops a rank that loops."""
-    from ..lab import CHECK_COUNTS
-
     return Limits(cpu=max(Limits().cpu, int((len(CHECK_COUNTS) + 1) * timeout) + 1))
 
 

@@ -234,7 +234,7 @@ def _crossed(spec: Spec, n: int, given: list[dict], outcome) -> str | None:
     scales = {1.0, 1.0 / size}
     for rank, (mine, gave) in enumerate(zip(given, outcome.contributions)):
         own = np.sort(np.concatenate([np.ravel(mine[name]) for name in sorted(mine)]))
-        scales &= {scale for scale in scales if _alike(gave, own * scale)}
+        scales = {scale for scale in scales if _alike(gave, own * scale)}
         if not scales:
             return (f"your {spec.function} gave the allreduce on rank {rank} for n = {n} "
                     "something other than that rank's gradients (each divided by the number "
@@ -252,7 +252,7 @@ def _crossed(spec: Spec, n: int, given: list[dict], outcome) -> str | None:
 def _alike(values, wanted: np.ndarray) -> bool:
     """Whether ``values`` (in any order, of any dtype) are ``wanted`` (sorted float64), to
     the rounding of their dtype: the cases' gradients are small integers, exact in any of
-    the dtypes the grader reduces, and divided by 4 ranks still are."""
+    the dtypes the grader reduces, and divided by :data:`RANKS` (a power of two) still are."""
     values = np.asarray(values)
     if values.shape != wanted.shape:
         return False

@@ -41,10 +41,12 @@ processes; the sandbox has no ptys and no ``/proc/sys`` (:mod:`allreduce.grading
 the kernel-wide count of ptys there carried data exactly).  What stays shared can still
 carry data between sandboxes: the page cache of the shared read-only files (a red-team
 round read another rank's data through it at about 5 kbit/s) and the machine's counters in
-``/proc`` (its load in ``/proc/stat``).  The judge's checks make it useless: every message's
-content (:mod:`allreduce.grading.matching`), and where the one allreduce is the judge's,
-each rank's share of it (:func:`allreduce.grading.run._crossed`): a rank must send the
-right data through the judge whatever else it learns.
+``/proc`` (its load in ``/proc/stat``, the memory in use in ``/proc/meminfo``).  The
+judge's checks make it useless where they apply: every message's content
+(:mod:`allreduce.grading.matching`), and, where the one allreduce is the judge's, each
+rank's share of it (:mod:`allreduce.grading.run`): there a rank must send the right data
+through the judge whatever else it learns.  (The capstone's overlap is judged from the sums
+alone: what the ranks trained on.)
 
 Assembled by hand (a few dozen lines, no dependency) rather than with ``pyseccomp``, which
 needs the system's ``libseccomp.so.2``: the grader then needs nothing a plain Python and
