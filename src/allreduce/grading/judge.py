@@ -168,10 +168,12 @@ class Judge:
                     if state.errors and deadline - time.monotonic() > ERROR_GRACE:
                         deadline = time.monotonic() + ERROR_GRACE
                         break  # read on, with the shorter deadline
-        except Failure:
+        except Failure as failure:
             if state.errors:
                 raise Failure(state.errors[min(state.errors)]) from None
-            raise
+            if what in str(failure):
+                raise
+            raise Failure(f"{what}: {failure}") from None  # which case: the size it failed at
 
     def bye(self) -> None:
         for rank in range(self.size):

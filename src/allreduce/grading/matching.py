@@ -82,6 +82,10 @@ def _recast(mine: np.ndarray, wanted: bytes, dtype: str | None) -> bool:
                     and np.array_equal(theirs.astype(mine.dtype), mine))
 
 
+def _elements(count, dtype) -> str:
+    return f"{count} {dtype} element{'' if count == 1 else 's'}"
+
+
 class Case:
     """What the judge knows during one case."""
 
@@ -207,8 +211,8 @@ class Case:
             request, want_dtype, want_count = self.recvs[key].popleft()
             if (dtype, count) != (want_dtype, want_count):
                 raise Failure(
-                    f"rank {source} sent {count} {dtype} elements to rank {dest}, which posted a "
-                    f"receive for {want_count} {want_dtype} elements: sender and receiver "
+                    f"rank {source} sent {_elements(count, dtype)} to rank {dest}, which posted "
+                    f"a receive for {_elements(want_count, want_dtype)}: sender and receiver "
                     "disagree on the chunk")
             self.arrived[dest][request] = data
 
