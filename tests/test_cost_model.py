@@ -96,6 +96,13 @@ def test_save_and_load_round_trip(tmp_path, monkeypatch):
     # a model saved before the overhead term existed still loads, with no overhead
     (tmp_path / "m.json").write_text('{"alpha": 3e-06, "beta": 2e-10, "gamma": 1e-10}')
     assert cost.load() == cost.Model(alpha=3e-6, beta=2e-10, gamma=1e-10, overhead=0.0)
+    # a hand-edited file whose numbers are strings failed later, inside auto's choice on
+    # the ranks that loaded it, before the check: now at once, naming the file
+    (tmp_path / "m.json").write_text('{"alpha": "3e-06", "beta": 2e-10}')
+    with pytest.raises(ValueError, match=r"m\.json is not a model .* alpha must be a number"):
+        cost.load()
+    with pytest.raises(TypeError, match="beta must be a number of seconds, got True"):
+        cost.Model(alpha=1e-6, beta=True)
 
 
 def test_fit_recovers_a_per_call_overhead():

@@ -339,6 +339,13 @@ def test_bad_layouts_raise_the_same_error_on_every_rank_and_touch_nothing(what, 
     assert isinstance(error, ValueError) and re.search(pattern, str(error)), str(error)
 
 
+def test_node_ids_that_are_not_integers_raise_a_type_error():
+    """nodes=[0.5, ...] was read as int(0.5) = 0: both ranks on one node, without a word."""
+    error = same_error_everywhere(lambda c: allreduce.allreduce(
+        np.arange(12.0), c, "hierarchical", nodes=[0.0, 0.5, 1.0, 1.5]))
+    assert isinstance(error, TypeError) and "nodes must be a sequence of integers" in str(error)
+
+
 def test_auto_reads_each_calls_own_input():
     """auto remembers its choices per size; the options it runs with must not carry one
     call's input into the next (a bug once: a call that read its input in place of a copy
@@ -351,3 +358,25 @@ def test_auto_reads_each_calls_own_input():
 
     for first, second in run_threads(3, body):
         assert (first == 3).all() and (second == 30).all()
+
+
+def test_a_plan_keeps_the_checked_nodes_not_the_callers_list():
+    """A kept plan held the caller's nodes list itself: changed after the call, it changed
+    the layout a later call ran with (one that the check had passed with other nodes).  An
+    iterator for nodes, read by the check, was empty by the time the algorithm read it."""
+    def body(comm):
+        x = exact_input(comm.rank, 10, "float64", "sum")
+        mine = [0, 0, 1, 1]
+        first = allreduce.allreduce(x, comm, "hierarchical", nodes=mine)
+        mine[:] = [0, 1, 2, 3, 4]  # the caller's list, changed: no business of the plan's
+        again = allreduce.allreduce(x, comm, "hierarchical", nodes=[0, 0, 1, 1])
+        once = allreduce.allreduce(x, comm, "hierarchical", nodes=iter([0, 1, 0, 1]))
+        scattered = x.copy()
+        allreduce.reduce_scatter(scattered, comm, algorithm="hierarchical",
+                                 nodes=(r // 2 for r in range(4)))
+        return first, again, once
+
+    inputs = [exact_input(r, 10, "float64", "sum") for r in range(4)]
+    for results in run_threads(4, body, timeout=20):
+        for result in results:
+            assert not first_difference(reference(inputs, "sum"), result)

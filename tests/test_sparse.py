@@ -614,6 +614,15 @@ def test_topk_allreduce_selects_the_largest_sums_and_checks_k():
     messages = run_threads(2, body)
     assert messages[0] == messages[1] and "disagree on the k" in messages[0]
 
+    def without_k(comm):  # k=None read as k=0, which kept nothing
+        try:
+            topk_allreduce(*vectors[comm.rank], n, None, comm)
+        except TypeError as error:
+            return str(error)
+
+    messages = run_threads(2, without_k)
+    assert messages[0] == messages[1] and "must be an integer >= 0, got None" in messages[0]
+
 
 def test_error_feedback_restores_what_the_reduction_dropped():
     from allreduce.sparse.compression import ErrorFeedback

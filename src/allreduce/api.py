@@ -24,6 +24,18 @@ ALGORITHMS: tuple[str, ...] = tuple(REGISTRY)
 PHASED: tuple[str, ...] = tuple(PHASES)
 
 
+def _once(nodes):
+    """``nodes`` as a tuple, read once: an iterator given for it would be empty by the time
+    the algorithm reads it (the check reads it first); what is not iterable is left for the
+    check to refuse."""
+    if nodes is None or isinstance(nodes, tuple):
+        return nodes
+    try:
+        return tuple(nodes)
+    except TypeError:
+        return nodes
+
+
 def _checked(x, comm, op, algorithm, ranks_per_node, nodes) -> Communicator:
     """Wrap ``comm`` and check a phase's call on every rank (:mod:`allreduce.validation`)."""
     communicator = as_communicator(comm)
@@ -90,13 +102,15 @@ def allreduce(
     once: there is no communicator to agree over.
     """
     communicator = as_communicator(comm)
+    if nodes is not None:
+        nodes = _once(nodes)
     key = _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner)
     plans = _PLANS.get(communicator) if key is not None else None
     plan = plans.get(key) if plans is not None else None
     if plan is None:  # describe() in full: a new kind of call, or a bad one
         layout = {"ranks_per_node": ranks_per_node, "nodes": nodes, "inner": inner}
         plan = _Plan(describe(x, out, op, algorithm, servers, communicator, ALGORITHMS, SHARDED,
-                              layout, LAYOUT), servers, layout)
+                              layout, LAYOUT), servers)
         if key is not None and plan.call.problem is None:
             _keep(communicator, key, plan)
     call = plan.call
@@ -109,6 +123,7 @@ def allreduce(
         nbytes = arrays.nbytes(x)
         if algorithm == "auto":
             call.resolved, chosen = resolve(nbytes, communicator.size, call.ranks_per_node)
+            call.resolved_inner = chosen.get("inner")  # checked too
             options = chosen  # resolve() keeps its answers: never changed here
         reduce_op = plan.reduce_op
         # the algorithms reduce a flat contiguous buffer in place: the result's own memory
@@ -152,11 +167,13 @@ class _Plan:
 
     __slots__ = ("call", "options", "reduce_op")
 
-    def __init__(self, call, servers, layout):
+    def __init__(self, call, servers):
         self.call = call
         self.options = {} if servers is None else {"servers": servers}
-        if call.algorithm == "hierarchical":
-            self.options.update({name: value for name, value in layout.items()
+        if call.algorithm == "hierarchical":  # the checked values, not the caller's objects
+            checked = {"ranks_per_node": call.ranks_per_node, "nodes": call.nodes,
+                       "inner": call.inner}  # (a kept list the caller changes later)
+            self.options.update({name: value for name, value in checked.items()
                                  if value is not None})
         self.reduce_op = None if call.problem else OPS[call.op]
         if call.problem is None and call.algorithm != "auto":
@@ -233,6 +250,7 @@ def reduce_scatter(x: Any, comm: Any, op: str = "sum", *, algorithm: str = "ring
     rest of ``x`` holds intermediate values.  For ``op="mean"`` the owned chunk is divided
     by the number of ranks.  Chapters "Ring allreduce" and "Beyond one flat ring".
     """
+    nodes = _once(nodes)
     communicator = _checked(x, comm, op, algorithm, ranks_per_node, nodes)
     buffer = communicator.native(arrays.flat_view(x))
     lo, hi = PHASES[algorithm][0](buffer, communicator, OPS[op],
@@ -247,6 +265,7 @@ def allgather(x: Any, comm: Any, *, algorithm: str = "ring", ranks_per_node: int
     ``r`` of the flattened array (``chunk_bounds(n, p, r)``, as :func:`reduce_scatter` leaves
     it, with the same ``algorithm`` and options) and ends with every rank's chunk.
     Returns ``x``."""
+    nodes = _once(nodes)
     communicator = _checked(x, comm, "max", algorithm, ranks_per_node, nodes)  # any dtype
     PHASES[algorithm][1](communicator.native(arrays.flat_view(x)), communicator,
                          **_layout(algorithm, ranks_per_node, nodes))

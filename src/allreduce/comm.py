@@ -253,8 +253,9 @@ class SubCommunicator(Communicator):
         token = np.zeros(1, np.int8)
         if self.size > 1:
             for _ in range(2):
-                self.sendrecv(token, (self.rank + 1) % self.size, token.copy(),
-                              (self.rank - 1) % self.size, tag=self.TAG_STRIDE - 1)
+                self.sendrecv(self.native(token), (self.rank + 1) % self.size,
+                              self.native(token.copy()), (self.rank - 1) % self.size,
+                              tag=self.TAG_STRIDE - 1)
 
     def reduce_local(self, op, inout, incoming, *, incoming_first: bool = False,
                      source=None) -> None:
@@ -272,13 +273,15 @@ class SubCommunicator(Communicator):
         import pickle
 
         found = [obj] * self.size
-        mine = np.frombuffer(pickle.dumps(obj), np.uint8)
+        mine = np.frombuffer(pickle.dumps(obj), np.uint8).copy()  # (writable: torch's view)
+        move = self.native  # numpy here; a torch parent moves tensors (the same memory)
         for step in range(1, self.size):  # everyone sends to everyone, one step at a time
             dest, source = (self.rank + step) % self.size, (self.rank - step) % self.size
             lengths = np.array([len(mine)], np.int64), np.zeros(1, np.int64)
-            self.sendrecv(lengths[0], dest, lengths[1], source, tag=self.TAG_STRIDE - 2)
+            self.sendrecv(move(lengths[0]), dest, move(lengths[1]), source,
+                          tag=self.TAG_STRIDE - 2)
             theirs = np.empty(int(lengths[1][0]), np.uint8)
-            self.sendrecv(mine, dest, theirs, source, tag=self.TAG_STRIDE - 2)
+            self.sendrecv(move(mine), dest, move(theirs), source, tag=self.TAG_STRIDE - 2)
             found[source] = pickle.loads(theirs.tobytes())
         return found
 

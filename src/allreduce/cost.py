@@ -174,6 +174,15 @@ class Model:
     gamma: float = 0.0
     overhead: float = 0.0
 
+    def __post_init__(self):
+        # a string from a hand-edited model file would fail inside auto's choice, on the
+        # ranks that loaded it only, before the check that makes every rank raise
+        for name in ("alpha", "beta", "gamma", "overhead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                                 np.integer)):
+                raise TypeError(f"a Model's {name} must be a number of seconds, got {value!r}")
+
     def time(self, algorithm: str, p: int, nbytes: float, **options) -> float:
         """Predicted seconds for one allreduce of ``nbytes`` bytes per rank."""
         return self.predict(terms(algorithm, p, nbytes, **options))
@@ -428,4 +437,10 @@ def save(model: Model, path: Path | None = None) -> Path:
 def load(path: Path | None = None) -> Model | None:
     """The model :func:`save` kept, or ``None`` if there is none yet."""
     path = path or model_path()
-    return Model(**json.loads(path.read_text())) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return Model(**json.loads(path.read_text()))
+    except (TypeError, ValueError) as error:  # not JSON, another object, a field not a number
+        raise ValueError(f"{path} is not a model saved by allreduce-bench --save-model "
+                         f"({error})") from None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import threading
 from dataclasses import dataclass, field
 
@@ -51,6 +52,8 @@ class CallDescription:
     algorithm: str | None = None
     servers: int | None = None
     resolved: str | None = None
+    #: what auto chose across the nodes when it chose the hierarchical allreduce
+    resolved_inner: str | None = None
     problem: Exception | None = field(default=None, repr=False)
     #: the layout options (chapter "Beyond one flat ring"), as given, if valid
     ranks_per_node: int | None = None
@@ -71,12 +74,13 @@ class CallDescription:
         # kept on the description: a cached call (api's plans) signs the same way every time
         memo = self.__dict__.get("_memo")
         if memo is not None and memo[0] is self.resolved and memo[1] is algorithms and \
-                memo[2] is self.problem:
+                memo[2] is self.problem and memo[4] is self.resolved_inner:
             return memo[3]
         signed = _signature(_problem_code(self.problem), self.shape, self.dtype, self.kind,
                             self.op, self.algorithm, self._options(algorithms), self.resolved,
-                            algorithms)
-        self.__dict__["_memo"] = (self.resolved, algorithms, self.problem, signed)
+                            self.resolved_inner, algorithms)
+        self.__dict__["_memo"] = (self.resolved, algorithms, self.problem, signed,
+                                  self.resolved_inner)
         return signed
 
     def signature(self, algorithms: tuple[str, ...]) -> np.ndarray:
@@ -102,6 +106,7 @@ class CallDescription:
             "nodes": self.nodes,
             "inner algorithm": self.inner,
             "algorithm auto chose": self.resolved,
+            "inner algorithm auto chose": self.resolved_inner,
         }
 
 
@@ -119,7 +124,8 @@ KINDS = ("numpy array", "torch tensor")
 
 
 @functools.lru_cache(maxsize=256)
-def _signature(problem, shape, dtype, kind, op, algorithm, options, resolved, algorithms):
+def _signature(problem, shape, dtype, kind, op, algorithm, options, resolved, resolved_inner,
+               algorithms):
     known = shape if shape is not None else ()
     signature = np.array(
         [
@@ -130,7 +136,10 @@ def _signature(problem, shape, dtype, kind, op, algorithm, options, resolved, al
             _index(OP_NAMES, op),
             _index(algorithms, algorithm),
             options,
-            _index(algorithms, resolved),
+            # auto's choice, and its inner one across nodes (ranks whose models differ
+            # could agree on the hierarchical allreduce and run different inner ones)
+            _index(algorithms, resolved)
+            + len(algorithms) * (_index(algorithms, resolved_inner) + 1),
         ],
         dtype=np.int64,
     )
@@ -224,7 +233,7 @@ def _check_layout(call: CallDescription, layout: dict, algorithm, comm: Communic
         if algorithm != "hierarchical":
             raise ValueError(f"nodes= applies only to hierarchical, not to {algorithm!r}")
         try:
-            ids = tuple(int(i) for i in nodes)
+            ids = tuple(operator.index(i) for i in nodes)  # 0.5 is no node id
         except (TypeError, ValueError):
             raise TypeError("nodes must be a sequence of integers, one node id per rank") from None
         if len(ids) != comm.size:

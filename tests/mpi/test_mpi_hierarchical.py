@@ -152,3 +152,30 @@ def test_ranks_per_node_that_differs_on_one_rank_fails_everywhere_at_once(world)
           and len(set(messages)) == 1 and elapsed < 5
           and bool((x == np.arange(100.0) + world.rank).all()))
     assert_on_all_ranks(world, ok, f"{message!r} after {elapsed:.1f} s")
+
+
+def test_ranks_whose_networks_choose_other_inner_algorithms_raise(world):
+    """auto with ranks_per_node chooses the hierarchical allreduce and an inner algorithm
+    across the nodes: ranks whose networks differ agreed on the first and ran different
+    inner ones (an MPI truncation on one rank, the others waiting); the inner choice is
+    checked too."""
+    from allreduce.algorithms.auto import resolve, use_network
+    from allreduce.cost import Model
+
+    if world.size < 6:  # three nodes of two at least (on two, both networks pick one
+        return  # algorithm); the suite under mpiexec -n 8 runs it on 6 to 8 ranks
+    intra = Model(alpha=1e-9, beta=1e-15, gamma=1e-15)
+    use_network(intra, Model(alpha=1e-2, beta=1e-12) if world.rank == 0 else
+                Model(alpha=1e-9, beta=1e-3))
+    try:
+        chosen = resolve(8000, world.size, 2)
+        allreduce.allreduce(np.ones(1000), world, "auto", ranks_per_node=2)
+        message = "no error"
+    except ValueError as error:
+        message = str(error)
+    finally:
+        use_network(None)
+    inners = world.allgather(chosen[1].get("inner"))
+    assert_on_all_ranks(world, chosen[0] == "hierarchical" and len(set(inners)) == 2, inners)
+    expected = f"disagree on the inner algorithm auto chose: {inners[0]} on rank 0, "
+    assert_on_all_ranks(world, expected in message, message)

@@ -62,6 +62,17 @@ def test_numpy_arrays_over_gloo(world):
                         str(result))
 
 
+def test_a_split_of_a_group_that_is_not_the_default_one(world):
+    """Communicator.split of such a group makes groups of messages over it, whose check
+    moved numpy buffers through torch's transport, which takes tensors: every call raised
+    AttributeError."""
+    group = dist.new_group(list(range(dist.get_world_size())))
+    sub = allreduce.as_communicator(group).split([r % 2 for r in range(dist.get_world_size())])
+    result = allreduce.allreduce(torch.ones(4), sub, algorithm="ring")
+    assert_on_all_ranks(bool((result == sub.size).all()), str(result))
+    dist.destroy_process_group(group)
+
+
 def test_numpy_arrays_of_negative_strides_over_gloo(world):
     """torch.from_numpy refuses x[::-1], but a strided x travels as the library's contiguous
     copy: the check asked the transport about x itself and refused it on every rank."""

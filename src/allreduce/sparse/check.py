@@ -54,9 +54,12 @@ class SparseCall:
                 "boundaries": self.boundaries, "k": self.k, "dense_output": self.dense_output}
 
 
+_NO_K = object()  # sparse_allreduce's calls: no k to check
+
+
 @timed  # local work: a pass over the indices (sorted, unique, in range)
 def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
-             k=None, dense_output=False) -> SparseCall:
+             k=_NO_K, dense_output=False) -> SparseCall:
     """Check one rank's arguments locally; record the first problem instead of raising.
     ``k`` is given by :func:`~allreduce.sparse.topk_allreduce` only."""
     call = SparseCall(op=_ALIASES.get(op, op) if isinstance(op, str) else None,
@@ -64,7 +67,7 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
                       boundaries=boundaries if isinstance(boundaries, str) else None,
                       dense_output=bool(dense_output))
     try:
-        if k is not None:
+        if k is not _NO_K:
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
                 raise TypeError(f"k, the pairs the result keeps, must be an integer >= 0, "
                                 f"got {k!r}")
