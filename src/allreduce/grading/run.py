@@ -231,17 +231,16 @@ def _crossed(spec: Spec, n: int, given: list[dict], outcome) -> str | None:
     results with an allreduce of zeros (the data taken another way: a kernel counter two
     sandboxes both read) score 0."""
     size = len(given)
+    flat = [np.concatenate([np.ravel(mine[name]) for name in sorted(mine)]) for mine in given]
     scales = {1.0, 1.0 / size}
-    for rank, (mine, gave) in enumerate(zip(given, outcome.contributions)):
-        own = np.sort(np.concatenate([np.ravel(mine[name]) for name in sorted(mine)]))
-        scales = {scale for scale in scales if _alike(gave, own * scale)}
+    for rank, (own, gave) in enumerate(zip(flat, outcome.contributions)):
+        scales = {scale for scale in scales if _alike(gave, np.sort(own) * scale)}
         if not scales:
             return (f"your {spec.function} gave the allreduce on rank {rank} for n = {n} "
                     "something other than that rank's gradients (each divided by the number "
                     "of ranks, or not, alike on every rank): the gradients must reach the "
                     "other ranks through it")
-    total = np.sort(sum(np.concatenate([np.ravel(mine[name]) for name in sorted(mine)])
-                        for mine in given))  # the same order on every rank: sums pair up
+    total = np.sort(sum(flat))  # the same order on every rank: the sums pair up
     if outcome.sums and not any(_alike(outcome.sums[0], total * scale)
                                 for scale in (1.0, 1.0 / size)):
         return (f"your {spec.function}'s allreduce for n = {n} did not add up the ranks' "
