@@ -400,10 +400,13 @@ def test_animation_controls_are_drawn(chromium, book_site):
 
 def _search(driver, url: str) -> list[str]:
     open_page(driver, url)
+    # Sphinx adds the hits one at a time (a timer apart) and writes its summary ("Search
+    # finished, found ...", or "did not match") after the last: wait for the summary, not
+    # the first hit, or the list read may be partial (CI saw two hits of three).
     found = _wait_for(lambda: driver.execute_script(
         "const r = document.querySelectorAll('#search-results li a, ul.search li a');"
         "const s = document.querySelector('#search-results p.search-summary, p.search-summary');"
-        "return (r.length || (s && /found/i.test(s.textContent))) ?"
+        "return (s && /finished|did not match/i.test(s.textContent)) ?"
         "  Array.from(r).map(a => a.getAttribute('href')) : null;"), timeout=20)
     return found or []
 
