@@ -217,6 +217,42 @@ def test_split_makes_each_group_once_and_keeps_it():
         assert (total == sum(r for r in range(5) if r % 2 == rank % 2)).all()
 
 
+def test_split_keeps_the_groups_of_the_colourings_used_last(monkeypatch):
+    """A program that cycles through many node layouts keeps a bounded number of groups
+    (MPI runs out of communicators after about 2,000: tests/mpi): the least recently used
+    is let go, one used again is kept, and a new group's messages never share a context
+    with a kept one's (the generic group, SubCommunicator, whose tags are its context)."""
+    import allreduce.comm
+    from allreduce.comm import Communicator
+    from allreduce.transports.threads import ThreadCommunicator
+
+    class Generic(ThreadCommunicator):  # groups over the parent's own messages
+        _split = Communicator._split
+
+    monkeypatch.setattr(allreduce.comm, "KEPT_GROUPS", 3)
+
+    def body(comm):
+        comm = Generic(comm.world, comm.rank)
+        colourings = [[r % 2 + 2 * i for r in range(comm.size)] for i in range(6)]  # 6 keys
+        order = [0, 1, 2, 0, 3, 4, 0, 5, 1]  # 0 kept by use; 1 let go and made again
+        made, totals = {}, []
+        for i in order:
+            group = comm.split(colourings[i])
+            made.setdefault(i, []).append(group)
+            totals.append(allreduce.allreduce(np.full(4, comm.rank + 1, np.int64), group))
+        kept = comm._groups()
+        contexts = [group.context for group in kept.values()]
+        return (made, totals, [colourings.index(list(c)) for c in kept],
+                len(set(contexts)) == len(contexts))
+
+    for rank, (made, totals, kept, apart) in enumerate(run_threads(4, body)):
+        assert kept == [0, 5, 1] and apart, kept  # least recently used first
+        assert all(group is made[0][0] for group in made[0])  # used again: the same group
+        assert made[1][0] is not made[1][1]  # let go after 2, 3, 4 and 0, then made anew
+        mine = [r for r in range(4) if r % 2 == rank % 2]
+        assert all((total == sum(r + 1 for r in mine)).all() for total in totals)
+
+
 def test_a_traced_group_logs_its_messages_under_the_parents_ranks():
     def body(comm):
         tracer = TracingCommunicator(comm)

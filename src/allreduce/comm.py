@@ -186,29 +186,55 @@ class Communicator(ABC):
         same colours give back the same object (a torch ``new_group`` takes a rendezvous, an
         MPI ``Comm_split`` a collective).  All ranks of one colour: this communicator itself.
 
+        Groups are kept for the :data:`KEPT_GROUPS` colourings used last; a colouring used
+        after more others than that is split again, and the group let go (an MPI
+        communicator freed: MPI has a few thousand), so a program that cycles through many
+        node layouts keeps a bounded number.  Every rank splits the same colourings in the
+        same order, so every rank lets the same group go at the same call.
+
         This base form builds each group on this communicator's own messages
         (:class:`SubCommunicator`); the transports make groups of their own kind instead."""
         colors = tuple(int(c) for c in colors)
         if len(colors) != self.size:
             raise ValueError(f"split needs one colour per rank ({self.size}), got {len(colors)}")
         kept = self._groups()
-        if colors not in kept:
-            kept[colors] = self if len(set(colors)) == 1 else self._split(colors, len(kept))
-        return kept[colors]
+        group = kept.pop(colors, None)  # put back last: the most recently used
+        if group is None:
+            group = self if len(set(colors)) == 1 else self._split(colors, _unused_context(kept))
+        kept[colors] = group
+        made = [key for key in kept if isinstance(key, tuple)]  # (MPI keeps "nodes" there too)
+        for oldest in made[:max(0, len(made) - KEPT_GROUPS)]:
+            self._let_go(kept.pop(oldest))
+        return group
 
     def _groups(self) -> dict:
         """Where :meth:`split` keeps its groups: on this object, by default."""
         return self.__dict__.setdefault("_kept_groups", {})
 
     def _split(self, colors: tuple[int, ...], index: int) -> Communicator:
-        """A new group for this rank's colour (``index``: how many splits came before)."""
+        """A new group for this rank's colour (``index``: a number no kept group of this
+        communicator has, which keeps its messages apart)."""
         return SubCommunicator(self, members(colors, self.rank), index)
+
+    def _let_go(self, group: Communicator) -> None:
+        """What :meth:`split` does with a group it no longer keeps: nothing, by default (the
+        MPI transport frees its communicator)."""
 
     def nodes(self) -> tuple[int, ...]:
         """The node (machine) every rank runs on, one id per rank: equal ids share a node.
         Collective.  This base form knows of one node; MPI asks ``COMM_TYPE_SHARED`` and
         torch.distributed the launcher's agent (:mod:`allreduce.topology`)."""
         return (0,) * self.size
+
+
+#: How many colourings :meth:`Communicator.split` keeps groups for.
+KEPT_GROUPS = 64
+
+
+def _unused_context(kept: dict) -> int:
+    """The smallest context no kept group has (a group let go frees its own)."""
+    used = {getattr(group, "context", None) for group in kept.values()}
+    return next(index for index in range(len(used) + 1) if index not in used)
 
 
 def members(colors: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -227,6 +253,7 @@ class SubCommunicator(Communicator):
     def __init__(self, parent: Communicator, ranks: Sequence[int], context: int):
         self.parent, self.ranks = parent, tuple(ranks)
         self.rank, self.size = self.ranks.index(parent.rank), len(self.ranks)
+        self.context = context
         self._tag = (context + 1) * self.TAG_STRIDE
         self.receives_any_length = parent.receives_any_length
 

@@ -77,6 +77,7 @@ class TracingCommunicator(Communicator):
         child.events, child._root = self.events, self._root
         child._ranks = tuple(self._ranks[r] for r in members(colors, self.rank))
         child._tags = self._tags + (index + 1) * (1 << 16)  # each group's messages apart
+        child.context = index
         return child
 
     def nodes(self) -> tuple[int, ...]:

@@ -136,6 +136,28 @@ def test_groups_are_kept_on_the_mpi_communicator_and_freed_with_it(world):
     assert_on_all_ranks(world, kept and first.comm == MPI.COMM_NULL, "groups not kept or freed")
 
 
+def test_many_colourings_do_not_run_out_of_mpi_communicators(world):
+    """MPICH has about 2,000 communicators per process: splitting 2,100 colourings (a
+    program cycling through node layouts) ran out of them, with a raw MPI error.  The
+    groups of the colourings used last are kept and the others freed."""
+    from allreduce.comm import KEPT_GROUPS
+
+    dup = MPICommunicator(world.Dup())
+    first = dup.split([r % 2 for r in range(world.size)])
+    wrong = []
+    for i in range(2100):
+        group = dup.split([r % 2 + 2 * i for r in range(world.size)])
+        if i % 300 == 0 or i == 2099:
+            total = allreduce.allreduce(np.full(3, world.rank + 1), group)
+            if not (total == sum(r + 1 for r in range(world.rank % 2, world.size, 2))).all():
+                wrong.append(i)
+    kept = [key for key in dup._groups() if isinstance(key, tuple)]
+    ok = (not wrong and len(kept) == KEPT_GROUPS
+          and (first.comm == MPI.COMM_NULL or world.size == 1))  # one rank: the parent itself
+    dup.comm.Free()
+    assert_on_all_ranks(world, ok, f"wrong at {wrong}, {len(kept)} kept")
+
+
 def test_ranks_per_node_that_differs_on_one_rank_fails_everywhere_at_once(world):
     if world.size == 1:
         pytest.skip("a disagreement needs two ranks")

@@ -5,8 +5,8 @@ Taught in the chapter "Beyond one flat ring".  The first half goes round the rin
 :mod:`~allreduce.algorithms.ring` (rank ``r`` sends to ``r + 1``); the second half goes
 the other way (to ``r − 1``), so each step every rank sends two messages of ``n/(2p)``
 bytes, one to each neighbour, and receives two.  Each link of the ring then carries data in
-both directions, where a single ring leaves one direction idle.  NCCL runs its rings in
-both directions (and several "channels" of them) for the same reason.
+both directions, where a single ring leaves one direction idle.  (NCCL, likewise, runs
+several rings at once, its "channels", each on part of the buffer.)
 
 Cost (:data:`COST`): 4(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ when a rank has **one** port,
 as the α-β model assumes: its two messages of a step leave one after the other, so the

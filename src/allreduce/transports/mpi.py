@@ -117,6 +117,12 @@ class MPICommunicator(Communicator):
         # type(self): a subclass (the labs' patient communicator) keeps its behaviour
         return type(self)(self.comm.Split(colors[self.rank], self.rank))
 
+    def _let_go(self, group: Communicator) -> None:
+        """A group :meth:`split` no longer keeps: its communicator freed (every member lets
+        it go at the same call, as ``MPI_Comm_free`` requires)."""
+        if isinstance(group, MPICommunicator) and group.comm not in (self.comm, MPI.COMM_NULL):
+            group.comm.Free()
+
     def nodes(self) -> tuple[int, ...]:
         """Which ranks share a node, as MPI sees it: ``MPI_Comm_split_type`` with
         ``COMM_TYPE_SHARED`` (the ranks that can share memory), asked once and kept."""
