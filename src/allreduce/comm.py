@@ -190,7 +190,8 @@ class Communicator(ABC):
         after more others than that is split again, and the group let go (an MPI
         communicator freed: MPI has a few thousand), so a program that cycles through many
         node layouts keeps a bounded number.  Every rank splits the same colourings in the
-        same order, so every rank lets the same group go at the same call.
+        same order, so every rank lets the same group go at the same call.  A group held
+        by the caller is valid until then: split the colours again rather than keep it.
 
         This base form builds each group on this communicator's own messages
         (:class:`SubCommunicator`); the transports make groups of their own kind instead."""
@@ -198,9 +199,11 @@ class Communicator(ABC):
         if len(colors) != self.size:
             raise ValueError(f"split needs one colour per rank ({self.size}), got {len(colors)}")
         kept = self._groups()
-        group = kept.pop(colors, None)  # put back last: the most recently used
-        if group is None:
-            group = self if len(set(colors)) == 1 else self._split(colors, _unused_context(kept))
+        group = kept.pop(colors, None)
+        if group is not None:
+            kept[colors] = group  # put back last: the most recently used
+            return group
+        group = self if len(set(colors)) == 1 else self._split(colors, _unused_context(kept))
         kept[colors] = group
         made = [key for key in kept if isinstance(key, tuple)]  # (MPI keeps "nodes" there too)
         for oldest in made[:max(0, len(made) - KEPT_GROUPS)]:

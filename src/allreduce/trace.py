@@ -24,6 +24,7 @@ The trace is taken on the real transport and the real algorithm: under ``mpiexec
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,18 @@ class TracingCommunicator(Communicator):
         self._watched = None
         self._snapshots = False
         self._root, self._ranks, self._tags = self, tuple(range(self.size)), 0
+
+    def split(self, colors: Sequence[int]) -> Communicator:
+        """As :meth:`Communicator.split`, asking the inner communicator every time: its
+        kept groups follow the same use as this trace's, and where it made a group again
+        (it had let the old one go, an MPI communicator freed) the traced group is made
+        again around it."""
+        inner = self.inner.split(colors)
+        child = super().split(colors)
+        if child is not self and child.inner is not inner:
+            self._groups().pop(tuple(int(c) for c in colors))
+            child = super().split(colors)
+        return child
 
     def _split(self, colors: tuple[int, ...], index: int) -> Communicator:
         """A group of the traced ranks (the inner communicator's :meth:`split`), traced too:

@@ -158,6 +158,35 @@ def test_many_colourings_do_not_run_out_of_mpi_communicators(world):
     assert_on_all_ranks(world, ok, f"wrong at {wrong}, {len(kept)} kept")
 
 
+def test_a_colouring_let_go_is_split_again_and_a_traced_group_follows(world):
+    """With 3 colourings kept: one let go and used again gets a new, working MPI group; a
+    traced group used again while the MPI communicator's own kept groups moved on (a
+    plain call on the same communicator in between) is made again around a live group,
+    not left on a freed one."""
+    import allreduce.comm
+
+    saved, allreduce.comm.KEPT_GROUPS = allreduce.comm.KEPT_GROUPS, 3
+    dup = world.Dup()
+    try:
+        plain, tracer = MPICommunicator(dup), TracingCommunicator(MPICommunicator(dup))
+        colourings = [[r % 2 + 2 * i for r in range(world.size)] for i in range(5)]
+        first = plain.split(colourings[0])
+        traced = tracer.split(colourings[0])
+        for i in (1, 2, 3):
+            plain.split(colourings[i])  # the communicator's kept groups move on: 0 let go
+        again, traced_again = plain.split(colourings[0]), tracer.split(colourings[0])
+        totals = [allreduce.allreduce(np.full(3, world.rank + 1), group)
+                  for group in (again, traced_again)]
+        mine = sum(r + 1 for r in range(world.rank % 2, world.size, 2))
+        ok = (all((total == mine).all() for total in totals)
+              and (world.size == 1 or (first.comm == MPI.COMM_NULL and again is not first
+                                       and traced_again.inner is again)))
+    finally:
+        allreduce.comm.KEPT_GROUPS = saved
+        dup.Free()
+    assert_on_all_ranks(world, ok, f"totals {totals}")
+
+
 def test_ranks_per_node_that_differs_on_one_rank_fails_everywhere_at_once(world):
     if world.size == 1:
         pytest.skip("a disagreement needs two ranks")
