@@ -1581,6 +1581,25 @@ def test_one_allreduce_of_zeros_beside_messages_of_its_own_scores_0(root):
     assert honest.score == 1, honest
 
 
+@needs_sandbox
+def test_a_barrier_of_a_group_is_not_counted_as_messages(root):
+    """Lab 65's key with a barrier of the node group between its phases: under MPI, as the
+    lab's check cell runs it, the barrier is MPI's own and passes; the grader's group sent
+    it as messages through the judge, and the pattern check failed a correct solution."""
+    from allreduce.grading import run
+
+    key = nbformat.read(root / "labs" / "65_beyond_ring.ipynb", as_version=4)
+    spec = grading.spec(key, "hierarchical_allreduce")
+    submission = nbformat.from_dict(key)
+    line = "    lo, hi = reduce_scatter(buf, node, op)\n"
+    patched = [cell for cell in submission.cells if line in cell.source
+               and grading.role(cell) == ("hierarchical_allreduce", "solution")]
+    assert len(patched) == 1
+    patched[0].source = patched[0].source.replace(line, line + "    node.barrier()\n")
+    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    assert result.score == 1, result.message
+
+
 # the data through files beside the judge: what any channel between sandboxes would carry
 # (a kernel-wide counter, the page cache), run without the sandbox to stand for all of them
 DECOY_BESIDE = """\

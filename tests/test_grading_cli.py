@@ -470,3 +470,8 @@ def test_names_that_read_as_another_students_are_told_apart():
     decoy = student_names([Path("Alice.ipynb"), Path("alice.ipynb"),
                            Path("alice-a4ee46ae.ipynb")])
     assert len({name.casefold() for name in decoy}) == 3, decoy
+    # Canvas's import reads a row named "Points Possible" as the assignment's points: no
+    # student's row is named so, in any case
+    canvas = student_names([Path("Points Possible.ipynb"), Path("points possible.ipynb")])
+    assert all(re.fullmatch(r"(?i)points possible-[0-9a-f]{8}", name) for name in canvas), canvas
+    assert len(set(canvas)) == 2

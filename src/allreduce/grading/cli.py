@@ -164,7 +164,7 @@ def _keep_earlier(out: Path, students: set[str]) -> None:
             named = {row[0] for row in list(csv.reader(f))[1:] if row}
     except (OSError, UnicodeDecodeError, csv.Error):
         return
-    if named - students - {"Points Possible"}:
+    if named - students - {report.CANVAS_ROW}:
         out.replace(out.with_name(f"{out.stem}.earlier-{time.strftime('%Y%m%d-%H%M%S')}"
                                   f"{out.suffix}"))
 

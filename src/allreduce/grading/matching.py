@@ -201,8 +201,10 @@ class Case:
         shown = (f" (element {differ[0]}: {mine[differ[0]].item()}, where the taught algorithm "
                  f"has {theirs[differ[0]].item()})" if len(differ) else "")
         self.content = (f"{what} did not hold the data the taught algorithm sends at that "
-                        f"step{shown}: each message must carry what the ranks received through "
-                        "comm, added up; data that reached a rank any other way does not count")
+                        f"step{shown}: each message must carry what the taught algorithm's "
+                        "steps, in the taught order, have given that rank through comm, added "
+                        "up (another order of steps, even a correct one, sends other data; "
+                        "data that reached a rank any other way does not count)")
 
     def _match(self, key) -> None:
         source, dest, _ = key

@@ -67,6 +67,11 @@ def _looks(name: str) -> str:
     return unicodedata.normalize("NFKC", name.translate(_AS_LATIN)).translate(_AS_LATIN)
 
 
+#: The name of the second row of Canvas's gradebook import, which holds the points
+#: possible (:func:`allreduce.grading.report.write_canvas`): no student takes it.
+CANVAS_ROW = "Points Possible"
+
+
 def student_names(paths: list[Path]) -> list[str]:
     """Each submission's :func:`student_name`, told apart: a name that cleaning changed (or
     emptied: ``alice\\x1b.ipynb`` beside ``alice.ipynb``), that mixes scripts (a Cyrillic
@@ -75,7 +80,8 @@ def student_names(paths: list[Path]) -> list[str]:
     (:func:`_looks`: all-Cyrillic ``аІісе``), ends in a digest of its file's own name, so that
     no report overwrites another's and no two rows read alike.  A name a digest made that
     is still another's (a file named ``alice-a4ee46ae.ipynb`` beside ``alice.ipynb`` and
-    ``Alice.ipynb``) takes further digests until it is no one else's."""
+    ``Alice.ipynb``) takes further digests until it is no one else's.  Nor is any name
+    Canvas's row of points possible (:data:`CANVAS_ROW`), in any case."""
     def digested(path: Path, name: str, again: int = 0) -> str:
         salt = f"{again}:".encode() if again else b""
         digest = hashlib.sha256(salt + os.fsencode(path.name)).hexdigest()[:8]
@@ -91,7 +97,7 @@ def student_names(paths: list[Path]) -> list[str]:
     told = [digested(path, name) if any(count[key] > 1 for count, key in
                                         zip(counts, alike(name))) else name
             for path, name in zip(paths, told)]
-    taken: set[str] = set()  # every key of every name given so far
+    taken = set(alike(CANVAS_ROW))  # every key of every name given so far, and the row's
     final = []
     for path, name in zip(paths, told):
         given, again = name, 0

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from .batch import Submission
+from .names import CANVAS_ROW
 from .notebooks import role
 
 
@@ -82,7 +83,7 @@ def write_canvas(graded: list[Submission], column: str, path: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column])
         possible = graded[0].possible if graded else 0
-        writer.writerow(["Points Possible", "", "", "", "", _number(possible)])
+        writer.writerow([CANVAS_ROW, "", "", "", "", _number(possible)])
         for s in graded:
             writer.writerow([_safe(s.name), "", "", _safe(s.name), "", _number(s.earned)])
 
