@@ -1600,6 +1600,49 @@ def test_a_barrier_of_a_group_is_not_counted_as_messages(root):
     assert result.score == 1, result.message
 
 
+RELOADED = """\
+import sys
+cost = sys.modules["allreduce.cost"]
+space = {"__name__": "allreduce.cost", "__package__": "allreduce"}
+exec(compile(open(cost.__file__).read(), cost.__file__, "exec"), space)
+return space["crossover"](model, "recursive_doubling", "rabenseifner", p)"""
+
+
+@needs_sandbox
+def test_a_removed_reference_is_not_in_the_source_the_sandbox_reads(root):
+    """Lab 60's crossover exercise answered by running cost.py's own source (readable in
+    the sandbox) into a namespace of its own, which gave back the removed cost.crossover:
+    full marks.  The sandbox's cost.py is a copy without it."""
+    from allreduce.grading import run
+
+    key = nbformat.read(root / "labs" / "60_choosing.ipynb", as_version=4)
+    spec = grading.spec(key, "doubling_crossover")
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == ("doubling_crossover", "solution"):
+            cell.source = _body(_stub(cell.source, "doubling_crossover"), RELOADED)
+    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    assert result.score == 0 and "NotImplementedError: crossover" in result.message, result
+    honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=20)
+    assert honest.score == 1, honest
+
+
+def test_without_keeps_the_module_but_not_the_definitions():
+    from allreduce.grading.confine import without
+
+    source = ("import functools\n\n\n@functools.cache\ndef secret(x):\n    return 2 * x\n\n\n"
+              "def kept(x):\n    return secret(x) + 1\n\n\nclass Hidden:\n    pass\n")
+    space: dict = {}
+    exec(without(source, ["secret", "Hidden"]), space)
+    assert "2 * x" not in without(source, ["secret"])
+    assert without(source, ["secret"]).count("\n") == source.count("\n")  # lines kept
+    assert "kept" in space and "pass" not in without(source, ["Hidden"])
+    with pytest.raises(NotImplementedError):
+        space["kept"](1)
+    with pytest.raises(ValueError, match="absent"):
+        without(source, ["absent"])
+
+
 # the data through files beside the judge: what any channel between sandboxes would carry
 # (a kernel-wide counter, the page cache), run without the sandbox to stand for all of them
 DECOY_BESIDE = """\

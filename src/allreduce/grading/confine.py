@@ -21,7 +21,8 @@ of the library is loaded:
   a message that says why (the file would be missing anyway);
 * a name the plan removes (a check's reference in a module the run needs, such as
   ``allreduce.cost.crossover`` beside the ``Model`` the crossover exercise is given) is
-  replaced by a stand-in that says why.
+  replaced by a stand-in that says why; the sandbox binds a copy of its module's file
+  without its definition (:func:`without`), so running that source does not give it back.
 
 Nothing here imports the library at module level: the grader imports this module to plan,
 and the sandbox runs it as a script before anything else.
@@ -95,6 +96,28 @@ def plan(kind: str, check: str = "") -> Plan:
     removed = tuple(name for name in LOCAL_CHECKS[check].reference
                     if name.rpartition(".")[0] in modules)
     return Plan(files, removed)
+
+
+def without(source: str, names) -> str:
+    """``source`` with its top-level definitions of ``names`` each replaced by one line that
+    raises (their other lines blank, so that line numbers stay): the file the sandbox binds
+    for a module that loses a check's reference, so that running the module's source (its
+    file is readable) does not give the reference back either."""
+    import ast
+
+    lines = source.splitlines(keepends=True)
+    found = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and node.name in names:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines[first - 1:node.end_lineno] = ["\n"] * (node.end_lineno - first + 1)
+            lines[first - 1] = (f"def {node.name}(*args, **kwargs): raise NotImplementedError("
+                                f"{node.name!r})  # removed for a graded run\n")
+            found.add(node.name)
+    if set(names) - found:
+        raise ValueError(f"no top-level definition of {sorted(set(names) - found)} to remove")
+    return "".join(lines)
 
 
 # -- inside: the rules ----------------------------------------------------------------------------

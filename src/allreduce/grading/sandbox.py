@@ -121,17 +121,48 @@ def _parents(paths: list[Path]) -> list[Path]:
     return needed
 
 
-def _library(files) -> list[str]:
-    """Of the library, only ``files``: an empty, read-only folder in its place (hiding it
-    even where a bound folder holds it, as an installed ``.venv`` would), then each file."""
+def _library(plan: Plan) -> list[str]:
+    """Of the library, only the plan's files: an empty, read-only folder in its place
+    (hiding it even where a bound folder holds it, as an installed ``.venv`` would), then
+    each file, a module that loses names as a copy without their definitions."""
     args = ["--perms", "0755", "--tmpfs", str(LIBRARY)]
-    folders = sorted({(LIBRARY / f).parent for f in files} - {LIBRARY})
+    folders = sorted({(LIBRARY / f).parent for f in plan.files} - {LIBRARY})
     for folder in _parents([f / "x" for f in folders]):
         if folder.is_relative_to(LIBRARY) and folder != LIBRARY:
             args += ["--perms", "0755", "--dir", str(folder)]
-    for file in files:
-        args += ["--ro-bind", str(LIBRARY / file), str(LIBRARY / file)]
+    losing: dict[str, list[str]] = {}
+    for dotted in plan.removed:
+        module, _, name = dotted.rpartition(".")
+        losing.setdefault(module, []).append(name)
+    for file, module in zip(plan.files, plan.modules, strict=True):
+        source = (_copy_without(file, tuple(sorted(losing[module]))) if module in losing
+                  else LIBRARY / file)
+        args += ["--ro-bind", str(source), str(LIBRARY / file)]
     return args + ["--remount-ro", str(LIBRARY)]
+
+
+@functools.lru_cache(maxsize=16)
+def _copy_without(file: str, names: tuple[str, ...]) -> Path:
+    """A world-readable copy of the library's ``file`` without the definitions of ``names``
+    (:func:`allreduce.grading.confine.without`), in a folder of this process's own, removed
+    at exit."""
+    from .confine import without
+
+    copy = _copies() / file.replace("/", "-")
+    copy.write_text(without((LIBRARY / file).read_text(), names))
+    copy.chmod(0o644)
+    return copy
+
+
+@functools.lru_cache(maxsize=1)
+def _copies() -> Path:
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="allreduce-grading-"))
+    folder.chmod(0o755)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan,
@@ -156,7 +187,7 @@ def command(launcher: list[str], *, as_root: bool, limits: Limits, plan: Plan,
         args += ["--perms", "0755", "--dir", str(parent)]
     for path in mounts:
         args += ["--ro-bind", str(path), str(path)]
-    args += _library(plan.files)
+    args += _library(plan)
     # no ptys (a new one counts in the kernel-wide /proc/sys/kernel/pty/nr, which every
     # sandbox could read) and no /proc/sys (that counter, fs/file-nr, and the like)
     args += ["--proc", "/proc", "--dev", "/dev",
