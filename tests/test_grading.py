@@ -232,6 +232,59 @@ def test_the_judge_counts_matched_messages_until_their_receiver_waits(monkeypatc
         _message(hoarder, 0, "isend", 2, 1, 600 << 10)
 
 
+def test_messages_fit_one_order_of_steps_whole():
+    """Where another order of steps is as right (recursive doubling with the far partner
+    first), a case's messages may follow it instead of the taught one, but all of them:
+    a rank that sends one message of each order fails."""
+    from allreduce.grading.matching import Case
+
+    def content(messages, orders):
+        case = Case(_Quiet(2), orders, "uint8")
+        for rank, peer, data in messages:
+            case._compare(rank, peer, "uint8", data)
+        return case.content
+
+    taught = {(0, 1): [b"\x01", b"\x02"], (1, 0): [b"\x03", b"\x04"]}
+    other = {(0, 1): [b"\x05", b"\x06"], (1, 0): [b"\x07", b"\x08"]}
+    assert content([(0, 1, b"\x01"), (1, 0, b"\x03"), (0, 1, b"\x02")], [taught, other]) is None
+    assert content([(0, 1, b"\x05"), (1, 0, b"\x07"), (1, 0, b"\x08")], [taught, other]) is None
+    mixed = content([(0, 1, b"\x01"), (1, 0, b"\x07")], [taught, other])
+    assert mixed and "rank 1's message 1 to rank 0" in mixed and "where the taught algorithm " \
+        "has 3" in mixed, mixed
+    assert content([(0, 1, b"\x05")], taught) is not None  # one order given: that one
+    assert content([(0, 1, b"\x01"), (0, 1, b"\x02"), (0, 1, b"\x09")],
+                   [taught, other]) == "rank 0's message 3 to rank 1 is one more than the " \
+        "taught algorithm sends there"
+
+
+FAR_FIRST = """\
+scratch = np.empty_like(buf)
+mask = comm.size // 2
+while mask >= 1:
+    partner = comm.rank ^ mask
+    comm.sendrecv(buf, partner, scratch, partner)
+    comm.reduce_local(op, buf, scratch)
+    mask >>= 1
+return"""
+
+
+@needs_sandbox
+def test_recursive_doubling_with_the_far_partner_first_is_right(root):
+    """Lab 40's recursive doubling with the partners taken far first (p/2 down to 1): right,
+    and the lab's check cell passes it, but the grader held it to the taught order and
+    scored it 0 (a fifth red-team round)."""
+    from allreduce.grading import run
+
+    key = nbformat.read(root / "labs" / "40_tree_allreduce.ipynb", as_version=4)
+    spec = grading.spec(key, "recursive_doubling")
+    submission = nbformat.from_dict(key)
+    for cell in submission.cells:
+        if grading.role(cell) == ("recursive_doubling", "solution"):
+            cell.source = _body(_stub(cell.source, "recursive_doubling"), FAR_FIRST)
+    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    assert result.score == 1, result.message
+
+
 def _graded_reduce_scatter(key, code: str, *, stub: bool = True, timeout: float = 20):
     """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body
     (before the key's own solution, with ``stub=False``)."""

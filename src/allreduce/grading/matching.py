@@ -91,12 +91,17 @@ class Case:
 
     def __init__(self, judge: Judge, expected: dict | None = None, dtype: str | None = None):
         """``expected``: for each ``(source, dest)``, the bytes of each non-empty message the
-        taught algorithm sends there, given this case's inputs
-        (:func:`allreduce.lab.patterns.payloads`); ``None``: contents are not checked.
+        taught algorithm sends there, given this case's inputs, and the same for each other
+        order of steps as right, a list of these (:func:`allreduce.lab.patterns.payloads`):
+        the messages must be one of them, the first taught; ``None``: contents are not
+        checked.
         ``dtype``: the buffer's, which those messages are in (to name a message in another)."""
         self.judge, size = judge, judge.size
         self.dtype = dtype
+        if isinstance(expected, dict):
+            expected = [expected]
         self.expected, self.content = expected, None
+        self.alive = list(range(len(expected or ())))  # the orders every message so far fits
         self.compared: dict[tuple[int, int], int] = defaultdict(int)
         self.events: list[list[Event]] = [[] for _ in range(size)]
         self.kinds: list[dict[int, tuple[str, int]]] = [{} for _ in range(size)]  # id: kind, event
@@ -181,9 +186,15 @@ class Case:
         self.compared[rank, peer] += 1
         if self.content is not None:
             return
-        wanted = self.expected.get((rank, peer), [])
-        if index < len(wanted) and data == wanted[index]:
+        def sent_there(order: int) -> list[bytes]:
+            return self.expected[order].get((rank, peer), [])
+
+        fits = [order for order in self.alive
+                if index < len(sent_there(order)) and data == sent_there(order)[index]]
+        if fits:
+            self.alive = fits
             return
+        wanted = sent_there(self.alive[0])  # the first order that every message so far fit
         what = f"rank {rank}'s message {index + 1} to rank {peer}"
         if index >= len(wanted):
             self.content = f"{what} is one more than the taught algorithm sends there"

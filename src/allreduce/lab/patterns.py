@@ -135,40 +135,64 @@ def reference(pattern: str, n: int, size: int):
     return Trace(run_threads(size, body, timeout=30), itemsize=8)
 
 
-def payloads(pattern: str, given: list[dict]) -> dict[tuple[int, int], list[bytes]] | None:
+def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list[bytes]]] | None:
     """What the library's own algorithm of ``pattern`` sends, given every rank's inputs of a
     check's case (:func:`allreduce.lab.checks.inputs`, integer-valued, so any order of
     adding gives the same bits): for each ``(source, dest)``, the bytes of each non-empty
-    message, in the order they are sent.  The grader compares what each rank sent with it
-    (:mod:`allreduce.grading.matching`): a rank that sends zeros in the right pattern and
-    takes the data another way fails, whatever way is left open.  ``None`` for
-    ``one_allreduce``, whose data the judge itself adds up."""
+    message, in the order they are sent; then the same for each other order of steps that
+    is as right (:data:`ALSO_TAUGHT`), for the grader to take any one of them.  The grader
+    compares what each rank sent with them (:mod:`allreduce.grading.matching`): a rank that
+    sends zeros in the right pattern and takes the data another way fails, whatever way is
+    left open.  ``None`` for ``one_allreduce``, whose data the judge itself adds up."""
     from ..ops import OPS
     from ..trace import TracingCommunicator
     from ..transports.threads import run_threads
 
     if pattern == "one_allreduce":
         return None
+    size = len(given)
 
-    def body(comm):
-        tracer = TracingCommunicator(comm, payloads=True)
-        mine = given[comm.rank]
-        if pattern.startswith("sparse"):
-            from ..sparse.sparse_ring import taught_reduce_scatter
+    def sent_by(function) -> dict[tuple[int, int], list[bytes]]:
+        def body(comm):
+            tracer = TracingCommunicator(comm, payloads=True)
+            mine = given[comm.rank]
+            if pattern.startswith("sparse"):
+                from ..sparse.sparse_ring import taught_reduce_scatter
 
-            taught_reduce_scatter(mine["indices"].copy(), mine["values"].copy(),
-                                  int(mine["n"][0]), tracer)
-        else:
-            _reference_function(pattern)(mine["buf"].copy(), tracer, OPS["sum"])
-        return tracer.events
+                taught_reduce_scatter(mine["indices"].copy(), mine["values"].copy(),
+                                      int(mine["n"][0]), tracer)
+            else:
+                function(mine["buf"].copy(), tracer, OPS["sum"])
+            return tracer.events
 
-    sent: dict[tuple[int, int], list[bytes]] = {}
-    for events in run_threads(len(given), body, timeout=30):
-        for e in events:
-            if e.kind == "send" and e.count:
-                sent.setdefault((e.rank, e.peer), []).append(
-                    np.ascontiguousarray(e.payload).tobytes())
-    return sent
+        sent: dict[tuple[int, int], list[bytes]] = {}
+        for events in run_threads(size, body, timeout=30):
+            for e in events:
+                if e.kind == "send" and e.count:
+                    sent.setdefault((e.rank, e.peer), []).append(
+                        np.ascontiguousarray(e.payload).tobytes())
+        return sent
+
+    others = [other for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
+    return [sent_by(None if pattern.startswith("sparse") else _reference_function(pattern)),
+            *map(sent_by, others)]
+
+
+def _far_first_doubling(buf, comm, op) -> None:
+    """Recursive doubling with the far partner first (bit lg p − 1 down to bit 0): on a
+    power of two the taught order's peers, sizes and steps, other contents, and as right."""
+    scratch = np.empty_like(buf)
+    mask = comm.size >> 1
+    while mask:
+        partner = comm.rank ^ mask
+        comm.sendrecv(buf, partner, scratch, partner)
+        comm.reduce_local(op, buf, scratch, incoming_first=partner < comm.rank)
+        mask >>= 1
+
+
+#: Other orders of a pattern's steps that are as right as the taught one, each with the
+#: sizes it applies to: what a student may write (the grader takes any of them whole).
+ALSO_TAUGHT = {"recursive_doubling": ((_far_first_doubling, lambda p: p & (p - 1) == 0),)}
 
 
 def sparse_supports(n: int, size: int) -> list[np.ndarray]:
