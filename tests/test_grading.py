@@ -273,30 +273,32 @@ def test_recursive_doubling_with_the_far_partner_first_is_right(root):
     """Lab 40's recursive doubling with the partners taken far first (p/2 down to 1): right,
     and the lab's check cell passes it, but the grader held it to the taught order and
     scored it 0 (a fifth red-team round)."""
-    from allreduce.grading import run
-
-    key = nbformat.read(root / "labs" / "40_tree_allreduce.ipynb", as_version=4)
-    spec = grading.spec(key, "recursive_doubling")
-    submission = nbformat.from_dict(key)
-    for cell in submission.cells:
-        if grading.role(cell) == ("recursive_doubling", "solution"):
-            cell.source = _body(_stub(cell.source, "recursive_doubling"), FAR_FIRST)
-    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    result = _graded(_lab(root, "40_tree_allreduce"), "recursive_doubling", FAR_FIRST)
     assert result.score == 1, result.message
 
 
-def _graded_reduce_scatter(key, code: str, *, stub: bool = True, timeout: float = 20):
-    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code`` as its body
-    (before the key's own solution, with ``stub=False``)."""
+def _graded(key, exercise: str, code: str | None = None, *, stub: bool = True,
+            timeout: float = 20, sandboxed: bool = True):
+    """``exercise`` of the lab ``key`` graded with ``code`` as its solution's body (before
+    the key's own solution, with ``stub=False``); the key's own without ``code``."""
     from allreduce.grading import run
 
-    spec = grading.spec(key, "reduce_scatter")
+    spec = grading.spec(key, exercise)
     submission = nbformat.from_dict(key)
     for cell in submission.cells:
-        if grading.role(cell) == ("reduce_scatter", "solution"):
-            cell.source = _body(_stub(cell.source, "reduce_scatter") if stub else cell.source,
-                                code)
-    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=timeout)
+        if code is not None and grading.role(cell) == (exercise, "solution"):
+            cell.source = _body(_stub(cell.source, exercise) if stub else cell.source, code)
+    return run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=timeout,
+                            sandboxed=sandboxed)
+
+
+def _lab(root, name: str):
+    return nbformat.read(root / "labs" / f"{name}.ipynb", as_version=4)
+
+
+def _graded_reduce_scatter(key, code: str, *, stub: bool = True, timeout: float = 20):
+    """The ring lab's reduce_scatter exercise graded (sandboxed) with ``code``."""
+    return _graded(key, "reduce_scatter", code, stub=stub, timeout=timeout)
 
 
 HOARD = """\
@@ -1620,17 +1622,10 @@ def test_one_allreduce_of_zeros_beside_messages_of_its_own_scores_0(root):
     """Lab 10's "a single allreduce": the data sent rank to rank and summed by hand, with
     the one allreduce the check counts carrying zeros (a hostile reader's submission that
     scored full marks): messages of its own fail the exercise."""
-    from allreduce.grading import run
-
-    key = nbformat.read(root / "labs" / "10_data_parallel.ipynb", as_version=4)
-    spec = grading.spec(key, "average_gradients")
-    submission = nbformat.from_dict(key)
-    for cell in submission.cells:
-        if grading.role(cell) == ("average_gradients", "solution"):
-            cell.source = _body(_stub(cell.source, "average_gradients"), DECOY)
-    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    key = _lab(root, "10_data_parallel")
+    result = _graded(key, "average_gradients", DECOY)
     assert result.score == 0 and "sent messages of its own" in result.message, result
-    honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=20)
+    honest = _graded(key, "average_gradients")
     assert honest.score == 1, honest
 
 
@@ -1666,18 +1661,10 @@ def test_a_removed_reference_is_not_in_the_source_the_sandbox_reads(root):
     """Lab 60's crossover exercise answered by running cost.py's own source (readable in
     the sandbox) into a namespace of its own, which gave back the removed cost.crossover:
     full marks.  The sandbox's cost.py is a copy without it."""
-    from allreduce.grading import run
-
-    key = nbformat.read(root / "labs" / "60_choosing.ipynb", as_version=4)
-    spec = grading.spec(key, "doubling_crossover")
-    submission = nbformat.from_dict(key)
-    for cell in submission.cells:
-        if grading.role(cell) == ("doubling_crossover", "solution"):
-            cell.source = _body(_stub(cell.source, "doubling_crossover"), RELOADED)
-    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=20)
+    key = _lab(root, "60_choosing")
+    result = _graded(key, "doubling_crossover", RELOADED)
     assert result.score == 0 and "NotImplementedError: crossover" in result.message, result
-    honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=20)
-    assert honest.score == 1, honest
+    assert _graded(key, "doubling_crossover").score == 1
 
 
 def test_without_keeps_the_module_but_not_the_definitions():
@@ -1779,21 +1766,12 @@ def test_right_results_beside_an_allreduce_of_zeros_score_0(root, tmp_path, monk
     carries zeros and whose ranks take each other's gradients another way (here files; in
     the sandbox, a kernel-wide counter such as the number of ptys, which a hostile reader
     used to score full marks) fails, and the key still scores in full."""
-    from allreduce.grading import run
-
     monkeypatch.setenv("DECOY_FOLDER", str(tmp_path))
-    key = nbformat.read(root / "labs" / f"{lab}.ipynb", as_version=4)
-    spec = grading.spec(key, exercise)
-    submission = nbformat.from_dict(key)
-    for cell in submission.cells:
-        if grading.role(cell) == (exercise, "solution"):
-            cell.source = _body(_stub(cell.source, exercise), DECOY_BESIDE)
-    result = run.run_exercise(spec, grading.graded_code(key, submission, spec), timeout=30,
-                              sandboxed=False)
+    key = _lab(root, lab)
+    result = _graded(key, exercise, DECOY_BESIDE, timeout=30, sandboxed=False)
     assert result.score == 0 and "something other than that rank's gradients" in \
         result.message, result
-    honest = run.run_exercise(spec, grading.graded_code(key, key, spec), timeout=30,
-                              sandboxed=False)
+    honest = _graded(key, exercise, timeout=30, sandboxed=False)
     assert honest.score == 1, honest
 
 
