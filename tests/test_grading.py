@@ -252,6 +252,10 @@ def test_messages_fit_one_order_of_steps_whole():
     assert mixed and "rank 1's message 1 to rank 0" in mixed and "where the taught algorithm " \
         "has 3" in mixed, mixed
     assert content([(0, 1, b"\x05")], taught) is not None  # one order given: that one
+    # a message of another length (lab 75's packet length sent as int32, not int64): said so
+    assert content([(0, 1, b"\x01\x00")], taught) == "rank 0's message 1 to rank 1 held 2 " \
+        "bytes (2 uint8 elements) where the taught algorithm sends 1 byte at that step: " \
+        "check its length and its dtype against the lab's"
     assert content([(0, 1, b"\x01"), (0, 1, b"\x02"), (0, 1, b"\x09")],
                    [taught, other]) == "rank 0's message 3 to rank 1 is one more than the " \
         "taught algorithm sends there"

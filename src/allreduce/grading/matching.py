@@ -206,6 +206,13 @@ class Case:
                             f"{self.dtype}, the buffer's own dtype, with the same values: "
                             "send slices of buf (or arrays of its dtype)")
             return
+        if len(data) != len(wanted[index]):
+            sizes = [f"{size} byte{'' if size == 1 else 's'}"
+                     for size in (len(data), len(wanted[index]))]
+            self.content = (f"{what} held {sizes[0]} ({_elements(len(mine), dtype)}) where "
+                            f"the taught algorithm sends {sizes[1]} at that step: check its "
+                            "length and its dtype against the lab's")
+            return
         theirs = np.frombuffer(wanted[index][: len(wanted[index]) // item * item], dtype)
         common = min(len(mine), len(theirs))
         differ = np.flatnonzero(mine[:common] != theirs[:common])
