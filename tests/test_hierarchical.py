@@ -358,7 +358,12 @@ BAD = [
         x, c, algorithm="hierarchical", ranks_per_node=1 if c.rank == 2 else 2),
      r"disagree on the ranks_per_node: 2 on ranks 0, 1, 3, 1 on rank 2"),
     ("a phase's layout for the ring", lambda c, x: allreduce.reduce_scatter(
-        x, c, algorithm="ring", ranks_per_node=2), r"applies only to auto and hierarchical"),
+        x, c, algorithm="ring", ranks_per_node=2),  # the phases have no auto
+     r"ranks_per_node= applies only to hierarchical, not to 'ring'"),
+    ("nodes for the ring", lambda c, x: allreduce.allreduce(x, c, "ring", nodes=[0, 0, 1, 1]),
+     r"nodes= applies only to hierarchical, not to 'ring'"),  # auto takes ranks_per_node only
+    ("inner for auto", lambda c, x: allreduce.allreduce(x, c, inner="ring", ranks_per_node=2),
+     r"inner= applies only to hierarchical, not to 'auto'"),
 ]
 
 

@@ -220,8 +220,11 @@ def _check_layout(call: CallDescription, layout: dict, algorithm, comm: Communic
     ``call`` as far as they are valid, so that ranks that disagree on them are told."""
     given = {name: value for name, value in layout.items() if value is not None}
     if given and algorithm not in takes_layout:
+        takers = [name for name in sorted(takes_layout) if name in algorithms]
+        if set(given) - {"ranks_per_node"}:  # nodes= and inner=: the hierarchical allreduce's
+            takers = [name for name in takers if name == "hierarchical"]
         raise ValueError(f"{', '.join(f'{name}=' for name in given)} applies only to "
-                         f"{' and '.join(sorted(takes_layout))}, not to {algorithm!r}")
+                         f"{' and '.join(takers)}, not to {algorithm!r}")
     rpn, nodes, inner = (given.get(name) for name in ("ranks_per_node", "nodes", "inner"))
     if rpn is not None:
         if isinstance(rpn, bool) or not isinstance(rpn, int) or rpn < 1:
