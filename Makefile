@@ -10,14 +10,15 @@ STAMP  := $(VENV)/.installed
 # libraries as pip packages.  So a Linux machine without an NVIDIA driver (no nvidia-smi)
 # first installs the CPU build from PyTorch's own index (its +cpu local version satisfies
 # the pin; its dependencies then come from PyPI), a machine that keeps CPU wheels in
-# WHEEL_DIR takes them from there, and a GPU machine, or macOS, takes PyPI's.
+# WHEEL_DIR takes them from there (only without a GPU: they are CPU builds), and a GPU
+# machine, or macOS, takes PyPI's.
 # TORCH_INDEX=URL picks another index (another CUDA build, say); TORCH_INDEX= (empty) keeps
 # PyPI's build.  If the install from the index fails, PyPI's build is installed, and make
 # says so.  A .venv that already holds the pinned torch keeps it: `make clean` first to
 # change builds.
 WHEEL_DIR   ?= /opt/wheels
-WHEELS      := $(if $(wildcard $(WHEEL_DIR)),--find-links $(WHEEL_DIR))
 NO_GPU      := $(if $(shell command -v nvidia-smi 2>/dev/null),,$(filter Linux,$(shell uname -s)))
+WHEELS      := $(if $(NO_GPU),$(if $(wildcard $(WHEEL_DIR)),--find-links $(WHEEL_DIR)))
 TORCH_INDEX ?= $(if $(WHEELS),,$(if $(NO_GPU),https://download.pytorch.org/whl/cpu))
 TORCH_PIN   := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 

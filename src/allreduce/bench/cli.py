@@ -1,5 +1,6 @@
-"""The ``allreduce-bench`` command: nccl-tests' options (``-b -e -f``, ``-a``, ``-o``,
-``-d``), under ``mpiexec`` or ``torchrun``, and the book's sweep mode."""
+"""The ``allreduce-bench`` command: nccl-tests' options for sizes, op and type (``-b -e
+-f``, ``-o``, ``-d``) and ``-a`` for the algorithms (nccl-tests' own ``-a`` picks how its
+time is read across ranks), under ``mpiexec`` or ``torchrun``, and the book's sweep mode."""
 
 from __future__ import annotations
 
