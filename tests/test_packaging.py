@@ -47,7 +47,8 @@ def test_torch_is_pinned(root):
 def test_make_installs_the_cpu_torch_where_there_is_no_gpu(root, tmp_path):
     """PyPI's torch for Linux is the CUDA build (several GB): `make` on Linux without
     nvidia-smi and without a folder of wheels installs the CPU build from PyTorch's index
-    first; with the folder, from there; ``TORCH_INDEX=`` keeps PyPI's build."""
+    first; with the folder, from there; ``TORCH_INDEX=`` keeps PyPI's build, and so does a
+    machine with a GPU, folder or not."""
     # not the settings of a make that runs this test (make test TORCH_INDEX=...)
     env = {key: value for key, value in os.environ.items()
            if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TORCH_INDEX", "WHEEL_DIR")}
@@ -69,6 +70,8 @@ def test_make_installs_the_cpu_torch_where_there_is_no_gpu(root, tmp_path):
     kept = installs(f"WHEEL_DIR={tmp_path}", "NO_GPU=Linux")
     assert not any("--index-url" in line for line in kept), kept
     assert f"--find-links {tmp_path}" in kept[-1]
+    gpu = installs(f"WHEEL_DIR={tmp_path}", "NO_GPU=")  # the folder's wheels are CPU builds
+    assert not any("--index-url" in line for line in gpu) and "--find-links" not in gpu[-1], gpu
     pypi = installs(none, "NO_GPU=Linux", "TORCH_INDEX=")
     assert not any("--index-url" in line for line in pypi), pypi
 
