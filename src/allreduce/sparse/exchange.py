@@ -47,11 +47,9 @@ def ring_allgather(comm: Communicator, chunks: list, bounds: list[tuple[int, int
     forwarded as it came, not encoded again."""
     p, rank = comm.size, comm.rank
     packet = encode(*chunks[rank], *bounds[rank])
-    received = {}
     for step in range(p - 1):  # in step s, rank r forwards chunk r − s and receives r − s − 1
         receive_chunk = (rank - step - 1) % p
         incoming = exchange(comm, packet, right(comm), left(comm), bounds[receive_chunk], dtype)
-        packet = received[receive_chunk] = incoming[:packet_length(incoming, dtype.itemsize)].copy()
-    for chunk, packet in received.items():  # decoded after the last step: off the ring's path
-        chunks[chunk] = decode(packet, dtype)
+        packet = incoming[:packet_length(incoming, dtype.itemsize)].copy()
+        chunks[receive_chunk] = decode(packet, dtype)
     return chunks
