@@ -15,11 +15,11 @@ PyPI MPICH that ``make`` installs into ``.venv``), never with whatever ``mpiexec
 PATH: Debian's cannot start the PyPI MPICH.  The view is blocking and activated, so ``%%px``
 cells work at once, and the engines are stopped when the block ends, even if a cell fails.
 
-On a cluster the same calls start the engines with the cluster's MPI and an ipyparallel
-profile, named by keyword arguments or by ``ALLREDUCE_MPIEXEC`` and
-``ALLREDUCE_IPP_PROFILE``, with the rank count from ``SLURM_NTASKS`` in an allocation
-(``settings`` in the module ``allreduce.lab.cluster``; the chapter "The allreduce library",
-"On a cluster").
+On a cluster the same calls start the engines with the cluster's MPI command, an
+ipyparallel profile, or both, named by keyword arguments or by ``ALLREDUCE_MPIEXEC`` and
+``ALLREDUCE_IPP_PROFILE``; in a Slurm allocation a call that gives no ``n`` takes the rank
+count from ``SLURM_NTASKS`` (``from allreduce.lab.cluster import settings``; the chapter
+"The allreduce library", "On a cluster").
 """
 
 from pathlib import Path
