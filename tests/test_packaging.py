@@ -71,7 +71,8 @@ def test_make_installs_the_cpu_torch_where_there_is_no_gpu(root, tmp_path):
     assert not any("--index-url" in line for line in kept), kept
     assert f"--find-links {tmp_path}" in kept[-1]
     gpu = installs(f"WHEEL_DIR={tmp_path}", "NO_GPU=")  # the folder's wheels are CPU builds
-    assert not any("--index-url" in line for line in gpu) and "--find-links" not in gpu[-1], gpu
+    assert gpu[-1].endswith('-e ".[all]"') and "--find-links" not in gpu[-1], gpu
+    assert not any("--index-url" in line for line in gpu), gpu
     pypi = installs(none, "NO_GPU=Linux", "TORCH_INDEX=")
     assert not any("--index-url" in line for line in pypi), pypi
 
