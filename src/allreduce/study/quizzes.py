@@ -122,7 +122,7 @@ def quizzes() -> list[Quiz]:
         "server-bytes", "Algorithms", "parameter-server",
         "A single parameter server serves 7 workers (8 ranks in all, the server among "
         "them) a 100 MB gradient. How many megabytes cross the server's link, in and out, "
-        "in one step?",
+        "in one training step?",
         server.bytes / 1e6, unit="MB", tolerance=0.01,
         explanation=f"$2(p-1)n$ = 2 · 7 · 100 MB = {format_number(server.bytes / 1e6)} MB, "
                     f"{format_number(server.bytes / 2e6)} MB in, then "
@@ -136,7 +136,7 @@ def quizzes() -> list[Quiz]:
         "sharded-server-bytes", "Algorithms", "parameter-server",
         "The same 8 ranks and 100 MB gradient, but now every rank serves one eighth of the "
         "parameters ($S = p$ = 8 shards). How many megabytes does each rank send in one "
-        "step, its pushes as a worker and its sums as a server together?",
+        "training step, its pushes as a worker and its sums as a server together?",
         sharded8.bytes / 1e6, unit="MB", tolerance=0.01,
         explanation=f"Each rank pushes $p-1$ shards of $n/S$ to the other servers and "
                     f"sends its own shard's sum to the $p-1$ others: 2 · 7 · "
