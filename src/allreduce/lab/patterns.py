@@ -152,17 +152,10 @@ def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list
         return None
     size = len(given)
 
-    def sent_by(function) -> dict[tuple[int, int], list[bytes]]:
+    def sent_by(run) -> dict[tuple[int, int], list[bytes]]:  # run(inputs, communicator)
         def body(comm):
             tracer = TracingCommunicator(comm, payloads=True)
-            mine = given[comm.rank]
-            if pattern.startswith("sparse"):
-                from ..sparse.sparse_ring import taught_reduce_scatter
-
-                taught_reduce_scatter(mine["indices"].copy(), mine["values"].copy(),
-                                      int(mine["n"][0]), tracer)
-            else:
-                function(mine["buf"].copy(), tracer, OPS["sum"])
+            run(given[comm.rank], tracer)
             return tracer.events
 
         sent: dict[tuple[int, int], list[bytes]] = {}
@@ -173,9 +166,18 @@ def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list
                         np.ascontiguousarray(e.payload).tobytes())
         return sent
 
-    others = [other for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
-    return [sent_by(None if pattern.startswith("sparse") else _reference_function(pattern)),
-            *map(sent_by, others)]
+    def on_buffer(function):  # a dense pattern's function, on the case's buffer
+        return lambda mine, tracer: function(mine["buf"].copy(), tracer, OPS["sum"])
+
+    if pattern.startswith("sparse"):
+        from ..sparse.sparse_ring import taught_reduce_scatter
+
+        taught = lambda mine, tracer: taught_reduce_scatter(  # noqa: E731
+            mine["indices"].copy(), mine["values"].copy(), int(mine["n"][0]), tracer)
+    else:
+        taught = on_buffer(_reference_function(pattern))
+    others = [on_buffer(other) for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
+    return [sent_by(taught), *map(sent_by, others)]
 
 
 def _far_first_doubling(buf, comm, op) -> None:
