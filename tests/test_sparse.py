@@ -288,11 +288,14 @@ def test_chunks_of_equal_nonzeros_balance_clustered_supports():
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 255, 256, 257, 1000, 123_457, 2**33 + 5])
+@pytest.mark.parametrize("n", [0, 1, 7, 255, 256, 257, 1000, 123_457, 2**33 + 5, 2**55 + 3,
+                               2**62, 2**63 - 1])
 @pytest.mark.parametrize("p", [1, 3, 4, 8])
 def test_the_histogram_counts_each_bin_as_its_definition_says(n, p):
     """The histogram (a binary search per bin edge) counts in bin ``j`` the indices ``i``
-    with ``⌊i·bins/n⌋ = j``, including the first and last index of the range."""
+    with ``⌊i·bins/n⌋ = j``, including the first and last index of the range, up to the
+    longest int64 range (where ``i·bins`` overflows int64: the definition is evaluated in
+    Python's integers)."""
     from allreduce.sparse.chunks import bins, histogram
 
     rng = np.random.default_rng(n + p)
@@ -300,10 +303,39 @@ def test_the_histogram_counts_each_bin_as_its_definition_says(n, p):
     indices = np.unique(np.concatenate([rng.integers(0, max(n, 1), k), [0, n - 1]]))
     indices = indices[(indices >= 0) & (indices < n)]
     count = bins(n, p)
-    want = np.bincount(indices * count // max(n, 1), minlength=count)
+    want = np.bincount([i * count // max(n, 1) for i in indices.tolist()], minlength=count)
     got = histogram(indices, n, p)
     assert got.dtype == np.int64 and len(got) == count
     assert (got == want).all() and got.sum() == len(indices)
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "dense"])
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+def test_a_long_vector_with_few_pairs_needs_memory_for_its_pairs_not_its_length(algorithm, p):
+    """Receive buffers are sized by the pairs every rank holds (which the check gathers),
+    not by the range's dense form: at n = 2⁶², a few hundred pairs per rank, a dense-sized
+    buffer could not be allocated anywhere (2⁶² float32 values are 16 EiB)."""
+    from allreduce.sparse import topk_allreduce
+
+    n, rng = 2**62, np.random.default_rng(p)
+    vectors = []
+    for rank in range(p):
+        indices = np.unique(np.concatenate([rng.integers(0, n, 300), [0, n - 1]]))
+        vectors.append((indices, rng.integers(-3, 4, len(indices)).astype(np.int64)))
+    want = {}
+    for indices, values in vectors:
+        for index, value in zip(indices.tolist(), values.tolist()):
+            want[index] = want.get(index, 0) + value
+    for boundaries in (None, "nonzeros") if algorithm in ("sparse_ring", "sparse_direct",
+                                                          "auto") else (None,):
+        results = run_threads(p, lambda c: sparse_allreduce(
+            *vectors[c.rank], n, c, algorithm=algorithm, boundaries=boundaries))
+        for indices, values in results:
+            assert indices.dtype == np.int64
+            assert dict(zip(indices.tolist(), values.tolist())) == want, boundaries
+    if algorithm == "auto":  # topk_allreduce's messages: at most ⌈k/p⌉ pairs each
+        kept = run_threads(p, lambda c: topk_allreduce(*vectors[c.rank], n, 64, c))
+        assert all(len(result.indices) <= p * -(-64 // p) for result in kept)
 
 
 @pytest.mark.parametrize("p", range(1, 9))

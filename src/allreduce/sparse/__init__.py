@@ -85,6 +85,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
                                          model, SPARSE_ALGORITHMS, dense_output=dense_output,
                                          loads=loads, boundaries=boundaries)
     options = {"boundaries": boundaries or "length"} if chosen in CHUNKED else {}
+    if chosen != "dense":  # no message holds more than every rank's pairs together
+        options["most_pairs"] = sum(map(sum, loads))
     full = result = None
     if communicator.size == 1:
         result = (call.indices, values.copy())

@@ -14,11 +14,12 @@ from .exchange import OVERHEAD_BYTES, ring_allgather
 from .vector import merge
 
 
-def allgather(indices, values, n: int, comm: Communicator):
-    """Sum of every rank's sparse vector, merged in rank order on every rank."""
+def allgather(indices, values, n: int, comm: Communicator, *, most_pairs: int | None = None):
+    """Sum of every rank's sparse vector, merged in rank order on every rank (``most_pairs``:
+    see :mod:`~allreduce.sparse.exchange`)."""
     blocks = [None] * comm.size
     blocks[comm.rank] = (indices, values)
-    ring_allgather(comm, blocks, [(0, n)] * comm.size, values.dtype)
+    ring_allgather(comm, blocks, [(0, n)] * comm.size, values.dtype, most_pairs)
     return merge(blocks, values.dtype)
 
 

@@ -32,7 +32,9 @@ def bin_starts(n: int, p: int) -> np.ndarray:
     """Where each bin starts, and ``n``: bin ``j`` holds the indices ``i`` with
     ``⌊i·bins/n⌋ = j``, so it starts at ``⌈j·n/bins⌉``."""
     count = bins(n, p)
-    return -(-np.arange(count + 1, dtype=np.int64) * n // count)
+    whole, part = divmod(n, count)  # j·n = j·whole·count + j·part: no int64 overflow of j·n
+    j = np.arange(count + 1, dtype=np.int64)
+    return j * whole - (-j * part // count)
 
 
 def histogram(indices: np.ndarray, n: int, p: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from .vector import decode, encode, merge, split_at
 
 
 def scatter_to_owners(pieces: list, bounds: list[tuple[int, int]], comm: Communicator,
-                      dtype: np.dtype) -> list:
+                      dtype: np.dtype, most_pairs: int | None = None) -> list:
     """Send ``pieces[c]`` (this rank's pairs in chunk ``c``) to rank ``c``; returns the
     pieces of this rank's chunk from every rank, by rank."""
     p, rank = comm.size, comm.rank
@@ -35,20 +35,23 @@ def scatter_to_owners(pieces: list, bounds: list[tuple[int, int]], comm: Communi
     for step in range(1, p):
         dest, source = (rank + step) % p, (rank - step) % p
         incoming = exchange(comm, encode(*pieces[dest], *bounds[dest]), dest, source,
-                            bounds[rank], dtype)
+                            bounds[rank], dtype, most_pairs)
         received[source] = decode(incoming, dtype)
     return received
 
 
-def sparse_direct(indices, values, n: int, comm: Communicator, *, boundaries: str = "length"):
+def sparse_direct(indices, values, n: int, comm: Communicator, *, boundaries: str = "length",
+                  most_pairs: int | None = None):
     """Sum of every rank's sparse vector: pairs to their chunk's owner, one merge there,
-    then the ring's all-gather of the summed chunks."""
+    then the ring's all-gather of the summed chunks (``most_pairs``: see
+    :mod:`~allreduce.sparse.exchange`)."""
     rank, dtype = comm.rank, values.dtype
     bounds = chunk_ranges(indices, n, comm, boundaries)
     pieces = [(indices[s], values[s]) for s in split_at(indices, bounds)]
     chunks = [None] * comm.size
-    chunks[rank] = merge(scatter_to_owners(pieces, bounds, comm, dtype), dtype)  # rank order
-    ring_allgather(comm, chunks, bounds, dtype)
+    chunks[rank] = merge(scatter_to_owners(pieces, bounds, comm, dtype, most_pairs),
+                         dtype)  # rank order
+    ring_allgather(comm, chunks, bounds, dtype, most_pairs)
     return (np.concatenate([i for i, _ in chunks]), np.concatenate([v for _, v in chunks]))
 
 

@@ -20,19 +20,22 @@ from .exchange import OVERHEAD_BYTES, exchange, receive, send
 from .vector import decode, encode, merge
 
 
-def sparse_recursive_doubling(indices, values, n: int, comm: Communicator):
-    """Sum of every rank's sparse vector by recursive doubling."""
+def sparse_recursive_doubling(indices, values, n: int, comm: Communicator, *,
+                              most_pairs: int | None = None):
+    """Sum of every rank's sparse vector by recursive doubling (``most_pairs``: see
+    :mod:`~allreduce.sparse.exchange`)."""
     fold, rank, dtype = PowerOfTwoFold(comm), comm.rank, values.dtype
     mine, whole = (indices, values), (0, n)
     if rank < 2 * fold.extra:  # the fold: even ranks hand their vector to the odd one above
         if rank % 2 == 0:
             send(comm, encode(*mine, *whole), rank + 1)
-            return receive(comm, rank + 1, whole, dtype)
-        mine = merge([receive(comm, rank - 1, whole, dtype), mine], dtype)
+            return receive(comm, rank + 1, whole, dtype, most_pairs)
+        mine = merge([receive(comm, rank - 1, whole, dtype, most_pairs), mine], dtype)
     me, mask = fold.virtual_rank, 1
     while mask < fold.participants:
         peer = fold.real_rank(me ^ mask)
-        theirs = decode(exchange(comm, encode(*mine, *whole), peer, peer, whole, dtype), dtype)
+        theirs = decode(exchange(comm, encode(*mine, *whole), peer, peer, whole, dtype,
+                                 most_pairs), dtype)
         mine = merge([theirs, mine] if me & mask else [mine, theirs], dtype)
         mask <<= 1
     if rank < 2 * fold.extra:

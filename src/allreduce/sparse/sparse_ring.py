@@ -28,17 +28,19 @@ from .exchange import OVERHEAD_BYTES, exchange, ring_allgather
 from .vector import decode, encode, merge, split_at
 
 
-def sparse_ring(indices, values, n: int, comm: Communicator, *, boundaries: str = "length"):
-    """Sum of every rank's sparse vector: a sparse ring reduce-scatter, then all-gather."""
+def sparse_ring(indices, values, n: int, comm: Communicator, *, boundaries: str = "length",
+                most_pairs: int | None = None):
+    """Sum of every rank's sparse vector: a sparse ring reduce-scatter, then all-gather
+    (``most_pairs``: see :mod:`~allreduce.sparse.exchange`)."""
     p, rank, dtype = comm.size, comm.rank, values.dtype
     bounds = chunk_ranges(indices, n, comm, boundaries)
     chunks = [(indices[s], values[s]) for s in split_at(indices, bounds)]
     for step in range(p - 1):  # reduce-scatter: afterwards chunk r is complete on rank r
         send, receive = (rank - step - 1) % p, (rank - step - 2) % p
         incoming = exchange(comm, encode(*chunks[send], *bounds[send]), right(comm), left(comm),
-                            bounds[receive], dtype)
+                            bounds[receive], dtype, most_pairs)
         chunks[receive] = merge([chunks[receive], decode(incoming, dtype)], dtype)
-    ring_allgather(comm, chunks, bounds, dtype)
+    ring_allgather(comm, chunks, bounds, dtype, most_pairs)
     # the chunks cover disjoint ranges, in order: putting them side by side is the sum
     return (np.concatenate([i for i, _ in chunks]), np.concatenate([v for _, v in chunks]))
 

@@ -58,9 +58,9 @@ def reselecting_allreduce(indices, values, n: int, k: int, comm: Communicator, *
     bounds = chunk_ranges(indices, n, comm, boundaries)
     pieces = [largest(indices[s], values[s], per_chunk) for s in split_at(indices, bounds)]
     chunks = [None] * p
-    chunks[rank] = largest(*merge(scatter_to_owners(pieces, bounds, comm, dtype), dtype),
-                           per_chunk)
-    ring_allgather(comm, chunks, bounds, dtype)
+    chunks[rank] = largest(*merge(scatter_to_owners(pieces, bounds, comm, dtype, per_chunk),
+                                  dtype), per_chunk)
+    ring_allgather(comm, chunks, bounds, dtype, per_chunk)  # no message holds more
     kept_indices = np.concatenate([i for i, _ in chunks])
     sent = np.concatenate([i for i, _ in pieces])
     # a pair counts in the result if it was sent and its index was kept

@@ -147,11 +147,16 @@ def header(packet: np.ndarray) -> tuple[int, int, int, int]:
     return kind, count, lo, hi
 
 
-def packet_bound(lo: int, hi: int, itemsize: int) -> int:
+def packet_bound(lo: int, hi: int, itemsize: int, most_pairs: int | None = None) -> int:
     """The most bytes :func:`encode` can make of ``[lo, hi)``: its dense form, since it
-    switches to that as soon as the pairs would not be smaller.  A receiver that does not
-    know a message's length receives into a buffer of this size."""
-    return HEADER_BYTES + (hi - lo) * itemsize + -(-(hi - lo) // 8)
+    switches to that as soon as the pairs would not be smaller; or, for a vector of at most
+    ``most_pairs`` pairs, their pairs form when that is smaller (the dense form is chosen only
+    when it is no longer than the pairs').  A receiver that does not know a message's length
+    receives into a buffer of this size."""
+    dense = HEADER_BYTES + (hi - lo) * itemsize + -(-(hi - lo) // 8)
+    if most_pairs is None:
+        return dense
+    return min(dense, HEADER_BYTES + most_pairs * (index_dtype(hi).itemsize + itemsize))
 
 
 def packet_length(packet: np.ndarray, itemsize: int) -> int:
