@@ -413,6 +413,69 @@ def test_topk_and_randomk_select_what_they_say():
     assert np.allclose(mean, x, atol=0.15)
 
 
+def test_topk_counts_nan_and_the_integer_minimum_as_largest():
+    """A NaN is selected (as the largest), never silently left out, so that the call still
+    returns k pairs and the NaN shows in the sum; |minimum| of a signed integer wraps in
+    numpy, yet it is the largest magnitude."""
+    from allreduce.sparse.compression import ErrorFeedback, topk
+
+    x = np.array([1.0, np.nan, 3.0, -4.0, 2.0])
+    for k, want in ((1, [1]), (2, [1, 3]), (3, [1, 2, 3])):
+        indices, values = topk(x, k)
+        assert indices.tolist() == want
+        assert np.array_equal(values, x[want], equal_nan=True)
+    assert topk(np.array([np.nan, np.nan, 1.0]), 2)[0].tolist() == [0, 1]
+    assert ErrorFeedback(5, 2, np.float64).compress(x)[0].tolist() == [1, 3]
+    for dtype in (np.int8, np.int32, np.int64):
+        low = np.iinfo(dtype).min
+        assert topk(np.array([5, low, 1], dtype), 1)[0].tolist() == [1]
+
+
+@pytest.mark.parametrize("algorithm", ["dense", "allgather", "sparse_recursive_doubling"])
+def test_equal_nonzeros_for_an_algorithm_that_does_not_cut_raise_on_every_rank(algorithm):
+    outcomes = run_threads(3, lambda c: sparse_allreduce(
+        np.array([c.rank]), np.ones(1), 4, c, algorithm, boundaries="nonzeros"),
+        return_exceptions=True)
+    assert all(isinstance(o, ValueError) for o in outcomes), outcomes
+    assert len({str(o) for o in outcomes}) == 1
+    assert "boundaries='nonzeros' applies only to sparse_ring and sparse_direct" in str(
+        outcomes[0])
+    # "length", what an algorithm named cuts anyway, is taken by every algorithm (a loop
+    # over the algorithms may pass it to all)
+    for indices, values in run_threads(3, lambda c: sparse_allreduce(
+            np.array([c.rank]), np.ones(1), 4, c, algorithm, boundaries="length")):
+        assert indices.tolist() == [0, 1, 2] and values.tolist() == [1.0] * 3
+
+
+def test_a_torch_tensor_takes_the_algorithm_third():
+    """``sparse_allreduce(t, comm, "sparse_ring")`` runs the sparse ring (as
+    ``allreduce(x, comm, "ring")`` does); an unknown name raises on every rank, and so does
+    an ``n`` beside a tensor, which has its own length."""
+    import torch
+
+    from allreduce.sparse import auto as sparse_auto
+
+    def body(comm):
+        t = torch.sparse_coo_tensor(torch.tensor([[comm.rank]]), torch.tensor([1.0]), (8,))
+        ran = sparse_allreduce(t, comm, "sparse_ring")
+        return ran.coalesce().indices()[0].tolist()
+
+    chosen = []
+    original = sparse_auto.choose
+    sparse_auto.choose = lambda *args, **kwargs: chosen.append(1) or original(*args, **kwargs)
+    try:
+        assert run_threads(3, body) == [[0, 1, 2]] * 3
+    finally:
+        sparse_auto.choose = original
+    assert not chosen  # auto did not run
+    for call in (lambda t, c: sparse_allreduce(t, c, "no_such_algorithm"),
+                 lambda t, c: sparse_allreduce(t, None, 8, c)):
+        outcomes = run_threads(3, lambda c: call(torch.sparse_coo_tensor(
+            torch.tensor([[c.rank]]), torch.tensor([1.0]), (8,)), c), return_exceptions=True)
+        assert all(isinstance(o, (TypeError, ValueError)) for o in outcomes), outcomes
+        assert len({str(o) for o in outcomes}) == 1
+
+
 def test_error_feedback_sends_everything_eventually():
     """What was sent plus the residual always equals the sum of the gradients, and with the
     same gradient every step (magnitudes within a factor of 3) every entry is sent."""

@@ -141,6 +141,15 @@ CASES = [
      lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server",
                                       servers=True),
      ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got True"),
+    ("servers=np.True_ (numpy's bool, not a count)",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server",
+                                      servers=np.True_),
+     ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got "
+                 r"np.True_"),
+    ("ranks_per_node=np.True_",
+     lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="hierarchical",
+                                      ranks_per_node=np.True_),
+     ValueError, r"ranks_per_node must be a positive integer, got np.True_"),
     ("a torch tensor on one rank, numpy arrays on the others",
      lambda comm: allreduce.allreduce(_torch_ones(8) if comm.rank == 1 else np.ones(8), comm,
                                       algorithm="ring"),
@@ -471,3 +480,15 @@ def test_a_phase_on_strided_memory_on_one_rank_raises_on_every_rank(phase):
     assert "rank 1: ValueError: reduce_scatter and allgather work in place: x must be " \
         "contiguous" in str(errors_on_every_rank(strided))
     assert "rank 2: TypeError: x is read-only" in str(errors_on_every_rank(read_only))
+
+
+def test_numpy_integers_count_as_integers():
+    """servers=, ranks_per_node= and nodes= take numpy integers, as sparse_allreduce's n
+    does: a layout computed with numpy (np.int64(p // 2)) is a layout."""
+    for algorithm, options in (("parameter_server", {"servers": np.int64(2)}),
+                               ("sharded_parameter_server", {"servers": np.int32(3)}),
+                               ("hierarchical", {"ranks_per_node": np.int64(2)}),
+                               ("hierarchical", {"nodes": np.array([0, 0, 1, 1])})):
+        for result in run_threads(P, lambda comm: allreduce.allreduce(
+                np.arange(5.0) + comm.rank, comm, algorithm, **options)):
+            assert result.tolist() == (4 * np.arange(5.0) + 6).tolist(), (algorithm, options)

@@ -169,7 +169,7 @@ class _Plan:
 
     def __init__(self, call, servers):
         self.call = call
-        self.options = {} if servers is None else {"servers": servers}
+        self.options = {} if servers is None else {"servers": call.servers}  # an int
         if call.algorithm == "hierarchical":  # the checked values, not the caller's objects
             checked = {"ranks_per_node": call.ranks_per_node, "nodes": call.nodes,
                        "inner": call.inner}  # (a kept list the caller changes later)

@@ -166,6 +166,7 @@ def describe(
     """Check one rank's arguments locally; record the first problem instead of raising.
     ``layout`` holds the call's ``ranks_per_node``, ``nodes`` and ``inner`` (for the
     algorithms in ``takes_layout``)."""
+    servers = _integer(servers)
     call = CallDescription(op=op if isinstance(op, str) else None,
                            algorithm=algorithm if isinstance(algorithm, str) else None,
                            servers=servers if isinstance(servers, int)
@@ -227,6 +228,7 @@ def _check_layout(call: CallDescription, layout: dict, algorithm, comm: Communic
                          f"{' and '.join(takers)}, not to {algorithm!r}")
     rpn, nodes, inner = (given.get(name) for name in ("ranks_per_node", "nodes", "inner"))
     if rpn is not None:
+        rpn = _integer(rpn)
         if isinstance(rpn, bool) or not isinstance(rpn, int) or rpn < 1:
             raise ValueError(f"ranks_per_node must be a positive integer, got {rpn!r}")
         call.ranks_per_node = rpn
@@ -249,6 +251,17 @@ def _check_layout(call: CallDescription, layout: dict, algorithm, comm: Communic
             raise ValueError(f"unknown inner algorithm {inner!r}; choose one of "
                              f"{', '.join(a for a in algorithms if a != 'hierarchical')}")
         call.inner = inner
+
+
+def _integer(value):
+    """``value`` as a Python int when it is an integer (numpy's too: ``np.int64(2)``, as
+    ``operator.index`` takes it), not a bool; otherwise unchanged, for the check to refuse."""
+    if isinstance(value, (bool, np.bool_)):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def _check_out(x, out) -> None:

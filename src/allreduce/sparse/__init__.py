@@ -63,13 +63,16 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     """Sum the sparse vectors ``(indices, values)`` of length ``n`` over every rank of
     ``comm``; ``op`` is ``"sum"`` or ``"mean"`` (``"avg"``).  Returns ``(indices, values)``
     on the union of the ranks' supports, or the dense sum when ``dense_output``; for a torch
-    sparse tensor ``sparse_allreduce(t, comm)``, a torch sparse tensor (or dense tensor).
+    sparse tensor ``sparse_allreduce(t, comm)`` (or ``(t, comm, algorithm)``), a torch
+    sparse tensor (or dense tensor).
     ``boundaries`` (``"length"`` or ``"nonzeros"``) is how ``sparse_ring`` and
     ``sparse_direct`` cut the index range; by default ``auto`` chooses it with the
-    algorithm, and an algorithm named cuts equal lengths.  The caller's arrays are never
-    modified."""
+    algorithm, and an algorithm named cuts equal lengths (one that cuts no chunks refuses
+    ``"nonzeros"``).  The caller's arrays are never modified."""
     if _is_torch(indices) and comm is None:  # sparse_allreduce(t, comm); a dense t is refused
         comm, values = values, None  # by the check, on every rank
+        if isinstance(n, str) and algorithm == "auto":  # sparse_allreduce(t, comm, "sparse_ring")
+            algorithm, n = n, None
     communicator = as_communicator(comm)
     names = (*SPARSE_ALGORITHMS, "auto")
     if boundaries is None and algorithm != "auto":

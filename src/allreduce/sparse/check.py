@@ -13,7 +13,7 @@ import numpy as np
 from ..comm import Communicator
 from ..ops import DTYPES, check_op_for_dtype
 from ..validation import _index, _problem_code, raise_on_every_rank
-from .chunks import BOUNDARIES
+from .chunks import BOUNDARIES, CHUNKED
 from .layout import chunk_counts
 from .vector import timed
 
@@ -74,6 +74,9 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
             call.k = int(k)
         if _is_torch_sparse(indices):
             call.torch = True
+            if n is not None:
+                raise TypeError(f"sparse_allreduce(t, comm, algorithm) takes the length from "
+                                f"t, and no n: got {n!r} as well")
             indices, values, n = _from_torch(indices)
         elif _is_torch(indices) and values is None:
             raise TypeError(f"sparse_allreduce(t, comm) takes a torch sparse COO tensor, got "
@@ -117,6 +120,10 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
         if boundaries is not None and boundaries not in BOUNDARIES:
             raise ValueError(f"boundaries must be one of {', '.join(BOUNDARIES)} (or None: "
                              f"auto's choice), got {boundaries!r}")
+        if boundaries == "nonzeros" and algorithm not in (*CHUNKED, "auto", "topk"):
+            raise ValueError(f"boundaries='nonzeros' applies only to {' and '.join(CHUNKED)} "
+                             f"(and auto, for those it may pick), not to {algorithm!r}, "
+                             "which does not cut the index range")
     except (TypeError, ValueError) as problem:
         call.problem = problem
     except Exception as problem:  # anything unforeseen is still reported on every rank

@@ -18,16 +18,27 @@ import numpy as np
 
 def topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` entries of the 1-D ``x`` largest in magnitude, as sorted indices and their
-    values (ties broken by the lower index, so every call on the same data agrees)."""
+    values (ties broken by the lower index, so every call on the same data agrees).  A NaN
+    counts as the largest, so that it is sent and shows in the sum instead of vanishing."""
     k = max(0, min(int(k), len(x)))
     if k == 0:
         return np.empty(0, np.int64), x[:0].copy()
     magnitude = np.abs(x)
-    threshold = np.partition(magnitude, len(x) - k)[len(x) - k]  # the k-th largest: O(n)
+    if magnitude.dtype.kind == "i":  # |minimum| wraps to the minimum: unsigned, it is largest
+        magnitude = magnitude.view(magnitude.dtype.str.replace("i", "u"))
+    indices = _largest(magnitude, k)
+    if len(indices) < k:  # NaNs, which no comparison picks: they count as the largest
+        indices = _largest(np.where(np.isnan(magnitude), np.inf, magnitude), k)
+    return indices, x[indices].copy()
+
+
+def _largest(magnitude: np.ndarray, k: int) -> np.ndarray:
+    """The sorted indices of the ``k`` largest of ``magnitude`` (fewer if it holds NaNs)."""
+    n = len(magnitude)
+    threshold = np.partition(magnitude, n - k)[n - k]  # the k-th largest: O(n)
     above = np.flatnonzero(magnitude > threshold)
     ties = np.flatnonzero(magnitude == threshold)[:k - len(above)]  # lower indices first
-    indices = np.sort(np.concatenate([above, ties]))
-    return indices, x[indices].copy()
+    return np.sort(np.concatenate([above, ties]))
 
 
 def randomk(x: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
