@@ -108,7 +108,7 @@ def test_the_fit_recovers_known_constants():
     model = Model(alpha=20e-6, beta=1 / 3e9, gamma=1 / 5e9, overhead=30e-6)
     chosen = {"LOCAL": {"code": 4e-9, "code_dense": 9e-9, "code_call": 3e-6, "merge": 2e-9,
                         "merge_dense": 6e-9, "merge_call": 20e-6, "densify": 5e-9,
-                        "gather": 10e-9, "check": 1e-9},
+                        "gather": 10e-9, "check": 1e-9, "merge_out": 7e-9},
               "OVERHEADS": {"call": 400e-6, "message": 25e-6}}
     saved = dict(auto.LOCAL), dict(auto.OVERHEADS)
     rows = []

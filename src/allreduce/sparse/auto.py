@@ -46,7 +46,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 
 #: Seconds per pair encoded, or decoded (per element of the range for a message in the
 #: dense form) and per encode or decode, per m·lg m of a merge of m pairs that sorts, per
-#: element of the range and pair of a merge that sums densely, and per merge, per element of a
+#: element of the range and pair of a merge that sums densely, and per merge, per pair a
+#: merge gives out (``"merge_out"``: gathering each index's sum; a merge of identical
+#: supports gives out 1/p of its pairs, of disjoint ones all of them), per element of a
 #: densified vector (and of the presence mask read back), per pair of a result marked in the
 #: mask and read back from the dense sum, and per pair of the call's check of its indices:
 #: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to one run
@@ -58,9 +60,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: are a core's rates, the sharing of cores apart (:data:`RANKS_PER_CORE`): merging the
 #: gradients' 4 × 4,000 pairs at 0.1% alone in one process took 0.79 ns per m·lg m, against
 #: the fitted ``"merge"``.
-LOCAL = {"code": 3.81e-9, "code_dense": 7.01e-9, "code_call": 0.0, "merge": 0.651e-9,
-         "merge_dense": 2.49e-9, "merge_call": 42.1e-6, "densify": 2.1e-9, "gather": 5.67e-9,
-         "check": 0.0}
+LOCAL = {"code": 2.6e-9, "code_dense": 5.26e-9, "code_call": 0.0, "merge": 0.294e-9,
+         "merge_dense": 0.671e-9, "merge_call": 32e-6, "merge_out": 9.34e-9, "densify": 2.12e-9,
+         "gather": 3.62e-9, "check": 4.05e-9}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -68,7 +70,7 @@ LOCAL = {"code": 3.81e-9, "code_dense": 7.01e-9, "code_call": 0.0, "merge": 0.65
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 225e-6, "message": 70e-6}
+OVERHEADS = {"call": 199e-6, "message": 76.9e-6}
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
 #: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
@@ -77,17 +79,19 @@ OVERHEADS = {"call": 225e-6, "message": 70e-6}
 RANKS_PER_CORE = 2.0
 
 
-def _merging(m, width, runs=2):
+def _merging(m, width, runs=2, out=0.0):
     """Seconds to merge ``runs`` sorted runs (free below two: nothing to merge) of ``m``
-    pairs in all in a range of ``width`` elements: a stable sort (m·lg m), or a dense sum
-    over the range once the pairs fill :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of
-    ``width`` (the merge itself measures the runs' own span, at most ``width``).
+    pairs in all in a range of ``width`` elements into ``out`` pairs: a stable sort
+    (m·lg m), or a dense sum over the range once the pairs fill
+    :data:`~allreduce.sparse.vector.DENSE_MERGE_SHARE` of ``width`` (the merge itself
+    measures the runs' own span, at most ``width``), and the sums gathered out.
     Element-wise on arrays."""
     m, width = np.asarray(m, float), np.asarray(width, float)
     dense = LOCAL["merge_call"] + (width + m) * LOCAL["merge_dense"]
     sorting = LOCAL["merge_call"] + m * np.log2(np.maximum(m, 2.0)) * LOCAL["merge"]
     return np.where(np.asarray(runs) < 2, 0.0,
-                    np.where(m >= DENSE_MERGE_SHARE * width, dense, sorting))
+                    np.where(m >= DENSE_MERGE_SHARE * width, dense, sorting)
+                    + np.asarray(out, float) * LOCAL["merge_out"])
 
 
 def _coding(pairs, width, pair_size: int, itemsize: int):
@@ -118,14 +122,15 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
             0 if dense_output else unions[p] * LOCAL["gather"]))
     if algorithm == "allgather":  # encode its own block once, decode the others', merge all
         return _sharing_cores(checked + code(counts, n).sum() + _merging(
-            sum(counts), n, sum(c > 0 for c in counts)))
+            sum(counts), n, sum(c > 0 for c in counts), unions[p]))
     if algorithm == "sparse_recursive_doubling":
         q = largest_power_of_two(p)
         rounds = [unions[1 << j] for j in range(q.bit_length() - 1)]
         if q != p:
             rounds = [k, *rounds, unions[p]]
         rounds = np.array(rounds, float)
-        each = 2 * code(rounds, n) + _merging(2 * rounds, n, 2 * (rounds > 0))  # per round
+        outs = np.append(rounds[1:], unions[p])
+        each = 2 * code(rounds, n) + _merging(2 * rounds, n, 2 * (rounds > 0), outs)
         work = np.full(p, each.sum())  # q != p: the ranks that fold in and out, the busiest
         extra = p - q
         if extra:  # the others skip the fold's two rounds; the folded send k, decode the sum
@@ -140,15 +145,16 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
     if algorithm == "sparse_direct":  # its pieces out, the others' pieces of its chunk in
         coded = code(pieces, widths[None, :])  # [r, c]: rank r's piece of chunk c
         work += coded.sum(axis=1) + coded.sum(axis=0) - 2 * np.diag(coded)
-        work += _merging(pieces.sum(axis=0), widths, (pieces > 0).sum(axis=0))
+        work += _merging(pieces.sum(axis=0), widths, (pieces > 0).sum(axis=0), held.finished)
     else:  # in step s rank r sends chunk r − s − 1 and merges chunk r − s − 2 from the left
         steps, ranks = np.meshgrid(np.arange(p - 1), np.arange(p), indexing="ij")
         sent, received = (ranks - steps - 1) % p, (ranks - steps - 2) % p
         incoming = held.ring[steps, (ranks - 1) % p]
         own = pieces[ranks, received]
+        outs = np.vstack([held.ring[1:], held.finished[None, :]])  # what it sends next
         work += (code(held.ring, widths[sent]) + code(incoming, widths[received])
                  + _merging(incoming + own, widths[received],
-                            (incoming > 0).astype(int) + (own > 0))).sum(axis=0)
+                            (incoming > 0).astype(int) + (own > 0), outs)).sum(axis=0)
     return _sharing_cores(checked + work)
 
 
