@@ -425,6 +425,10 @@ def test_topk_counts_nan_and_the_integer_minimum_as_largest():
         assert indices.tolist() == want
         assert np.array_equal(values, x[want], equal_nan=True)
     assert topk(np.array([np.nan, np.nan, 1.0]), 2)[0].tolist() == [0, 1]
+    # ties at the k-th largest fill k without it: the NaN must still be picked
+    assert topk(np.array([np.nan, 1, 1, 1.0]), 2)[0].tolist() == [0, 1]
+    assert topk(np.array([0, 0, np.nan, 0, 0.0]), 2)[0].tolist() == [0, 2]
+    assert topk(np.array([0, 0, np.nan, 0, 0], np.float16), 1)[0].tolist() == [2]
     assert ErrorFeedback(5, 2, np.float64).compress(x)[0].tolist() == [1, 3]
     for dtype in (np.int8, np.int32, np.int64):
         low = np.iinfo(dtype).min
@@ -450,7 +454,7 @@ def test_equal_nonzeros_for_an_algorithm_that_does_not_cut_raise_on_every_rank(a
 def test_a_torch_tensor_takes_the_algorithm_third():
     """``sparse_allreduce(t, comm, "sparse_ring")`` runs the sparse ring (as
     ``allreduce(x, comm, "ring")`` does); an unknown name raises on every rank, and so does
-    an ``n`` beside a tensor, which has its own length."""
+    an ``n`` beside a tensor other than the tensor's own length."""
     import torch
 
     from allreduce.sparse import auto as sparse_auto
@@ -468,8 +472,13 @@ def test_a_torch_tensor_takes_the_algorithm_third():
     finally:
         sparse_auto.choose = original
     assert not chosen  # auto did not run
+    def with_its_length(comm):
+        t = torch.sparse_coo_tensor(torch.tensor([[comm.rank]]), torch.tensor([1.0]), (8,))
+        return sparse_allreduce(t, None, 8, comm).coalesce().indices()[0].tolist()
+
+    assert run_threads(3, with_its_length) == [[0, 1, 2]] * 3  # n = its length: taken
     for call in (lambda t, c: sparse_allreduce(t, c, "no_such_algorithm"),
-                 lambda t, c: sparse_allreduce(t, None, 8, c)):
+                 lambda t, c: sparse_allreduce(t, None, 9, c)):
         outcomes = run_threads(3, lambda c: call(torch.sparse_coo_tensor(
             torch.tensor([[c.rank]]), torch.tensor([1.0]), (8,)), c), return_exceptions=True)
         assert all(isinstance(o, (TypeError, ValueError)) for o in outcomes), outcomes
@@ -968,3 +977,15 @@ def test_a_named_algorithm_reads_no_boundaries_as_equal_lengths():
         *vectors[c.rank], n, c, algorithm="sparse_ring",
         boundaries=None if c.rank == 1 else "length"))
     assert all(indices.tolist() == [1, 2, 20, 21, 22] for indices, _ in results)
+
+
+def test_a_length_beyond_int64_raises_on_every_rank():
+    """The check gathers n as an int64: a longer n is refused by every rank's check, not by
+    one rank's overflow while the others wait."""
+    outcomes = run_threads(3, lambda c: sparse_allreduce(
+        np.array([c.rank]), np.ones(1), 2**63 if c.rank == 1 else 8, c),
+        return_exceptions=True)
+    assert all(isinstance(o, (TypeError, ValueError)) for o in outcomes), outcomes
+    assert len({str(o) for o in outcomes}) == 1
+    assert "rank 1: TypeError: n, the dense length, must be an integer from 0 to 2**63 - 1" \
+        in str(outcomes[0])

@@ -145,11 +145,11 @@ CASES = [
      lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="parameter_server",
                                       servers=np.True_),
      ValueError, r"servers must be an integer from 1 to the number of ranks \(4\), got "
-                 r"np.True_"),
+                 r"(np\.True_|True)"),  # numpy 1.x prints np.True_ as True
     ("ranks_per_node=np.True_",
      lambda comm: allreduce.allreduce(np.ones(4), comm, algorithm="hierarchical",
                                       ranks_per_node=np.True_),
-     ValueError, r"ranks_per_node must be a positive integer, got np.True_"),
+     ValueError, r"ranks_per_node must be a positive integer, got (np\.True_|True)"),
     ("a torch tensor on one rank, numpy arrays on the others",
      lambda comm: allreduce.allreduce(_torch_ones(8) if comm.rank == 1 else np.ones(8), comm,
                                       algorithm="ring"),

@@ -260,7 +260,7 @@ def _integer(value):
         return value
     try:
         return operator.index(value)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - not an integer: the check refuses it on every rank
         return value
 
 

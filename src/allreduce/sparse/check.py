@@ -74,16 +74,18 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
             call.k = int(k)
         if _is_torch_sparse(indices):
             call.torch = True
-            if n is not None:
-                raise TypeError(f"sparse_allreduce(t, comm, algorithm) takes the length from "
-                                f"t, and no n: got {n!r} as well")
+            length = n
             indices, values, n = _from_torch(indices)
+            if length is not None and length != n:
+                raise TypeError(f"sparse_allreduce(t, comm, algorithm) takes the length from "
+                                f"t ({n}); got n = {length!r} as well")
         elif _is_torch(indices) and values is None:
             raise TypeError(f"sparse_allreduce(t, comm) takes a torch sparse COO tensor, got "
                             f"one of layout {indices.layout}: pass t.to_sparse(), or reduce a "
                             "dense tensor with allreduce.allreduce")
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
-            raise TypeError(f"n, the dense length, must be an integer >= 0, got {n!r}")
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or not 0 <= n < 2**63:
+            raise TypeError(f"n, the dense length, must be an integer from 0 to 2**63 - 1, "
+                            f"got {n!r}")
         call.n = int(n)
         if not (isinstance(indices, np.ndarray) and isinstance(values, np.ndarray)):
             raise TypeError("indices and values must be numpy arrays (or pass one torch "

@@ -19,26 +19,23 @@ import numpy as np
 def topk(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` entries of the 1-D ``x`` largest in magnitude, as sorted indices and their
     values (ties broken by the lower index, so every call on the same data agrees).  A NaN
-    counts as the largest, so that it is sent and shows in the sum instead of vanishing."""
+    counts as infinite, so that it is sent and shows in the sum instead of vanishing."""
     k = max(0, min(int(k), len(x)))
     if k == 0:
         return np.empty(0, np.int64), x[:0].copy()
     magnitude = np.abs(x)
     if magnitude.dtype.kind == "i":  # |minimum| wraps to the minimum: unsigned, it is largest
         magnitude = magnitude.view(magnitude.dtype.str.replace("i", "u"))
-    indices = _largest(magnitude, k)
-    if len(indices) < k:  # NaNs, which no comparison picks: they count as the largest
-        indices = _largest(np.where(np.isnan(magnitude), np.inf, magnitude), k)
-    return indices, x[indices].copy()
-
-
-def _largest(magnitude: np.ndarray, k: int) -> np.ndarray:
-    """The sorted indices of the ``k`` largest of ``magnitude`` (fewer if it holds NaNs)."""
-    n = len(magnitude)
-    threshold = np.partition(magnitude, n - k)[n - k]  # the k-th largest: O(n)
+    n = len(x)
+    largest = np.partition(magnitude, n - k)[n - k:]  # the k largest, NaNs last: O(n)
+    if magnitude.dtype.kind == "f" and np.isnan(largest).any():  # no comparison picks a NaN
+        magnitude = np.where(np.isnan(magnitude), np.inf, magnitude)
+        largest = np.partition(magnitude, n - k)[n - k:]
+    threshold = largest.min()  # the k-th largest
     above = np.flatnonzero(magnitude > threshold)
     ties = np.flatnonzero(magnitude == threshold)[:k - len(above)]  # lower indices first
-    return np.sort(np.concatenate([above, ties]))
+    indices = np.sort(np.concatenate([above, ties]))
+    return indices, x[indices].copy()
 
 
 def randomk(x: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
