@@ -451,7 +451,7 @@ def test_equal_nonzeros_for_an_algorithm_that_does_not_cut_raise_on_every_rank(a
         assert indices.tolist() == [0, 1, 2] and values.tolist() == [1.0] * 3
 
 
-def test_a_torch_tensor_takes_the_algorithm_third():
+def test_a_torch_tensor_takes_the_algorithm_third(monkeypatch):
     """``sparse_allreduce(t, comm, "sparse_ring")`` runs the sparse ring (as
     ``allreduce(x, comm, "ring")`` does); an unknown name raises on every rank, and so does
     an ``n`` beside a tensor other than the tensor's own length."""
@@ -459,28 +459,23 @@ def test_a_torch_tensor_takes_the_algorithm_third():
 
     from allreduce.sparse import auto as sparse_auto
 
-    def body(comm):
-        t = torch.sparse_coo_tensor(torch.tensor([[comm.rank]]), torch.tensor([1.0]), (8,))
-        ran = sparse_allreduce(t, comm, "sparse_ring")
-        return ran.coalesce().indices()[0].tolist()
+    def one_pair(comm):  # rank r holds 1.0 at index r of 8
+        return torch.sparse_coo_tensor(torch.tensor([[comm.rank]]), torch.tensor([1.0]), (8,))
+
+    def support(result):
+        return result.coalesce().indices()[0].tolist()
 
     chosen = []
     original = sparse_auto.choose
-    sparse_auto.choose = lambda *args, **kwargs: chosen.append(1) or original(*args, **kwargs)
-    try:
-        assert run_threads(3, body) == [[0, 1, 2]] * 3
-    finally:
-        sparse_auto.choose = original
-    assert not chosen  # auto did not run
-    def with_its_length(comm):
-        t = torch.sparse_coo_tensor(torch.tensor([[comm.rank]]), torch.tensor([1.0]), (8,))
-        return sparse_allreduce(t, None, 8, comm).coalesce().indices()[0].tolist()
-
-    assert run_threads(3, with_its_length) == [[0, 1, 2]] * 3  # n = its length: taken
-    for call in (lambda t, c: sparse_allreduce(t, c, "no_such_algorithm"),
-                 lambda t, c: sparse_allreduce(t, None, 9, c)):
-        outcomes = run_threads(3, lambda c: call(torch.sparse_coo_tensor(
-            torch.tensor([[c.rank]]), torch.tensor([1.0]), (8,)), c), return_exceptions=True)
+    monkeypatch.setattr(sparse_auto, "choose",
+                        lambda *args, **kwargs: chosen.append(1) or original(*args, **kwargs))
+    ran = run_threads(3, lambda c: support(sparse_allreduce(one_pair(c), c, "sparse_ring")))
+    assert ran == [[0, 1, 2]] * 3 and not chosen  # the sparse ring ran, auto did not
+    with_its_length = run_threads(3, lambda c: support(sparse_allreduce(one_pair(c), None, 8, c)))
+    assert with_its_length == [[0, 1, 2]] * 3  # n = the tensor's length: taken
+    for call in (lambda c: sparse_allreduce(one_pair(c), c, "no_such_algorithm"),
+                 lambda c: sparse_allreduce(one_pair(c), None, 9, c)):
+        outcomes = run_threads(3, call, return_exceptions=True)
         assert all(isinstance(o, (TypeError, ValueError)) for o in outcomes), outcomes
         assert len({str(o) for o in outcomes}) == 1
 
