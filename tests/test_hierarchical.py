@@ -109,7 +109,10 @@ def test_the_2d_grid_for_every_p():
 
 PHASE_CASES = [(name, {}) for name in allreduce.api.PHASED] + [
     ("hierarchical", {"ranks_per_node": 2}), ("hierarchical", {"ranks_per_node": 3}),
-    ("hierarchical", {"nodes": [2, 0, 2, 1, 0, 0, 1]})]
+    ("hierarchical", {"nodes": [2, 0, 2, 1, 0, 0, 1]}),
+    # numpy's integers, taken as allreduce takes them (the phase runs with the checked ints)
+    ("hierarchical", {"ranks_per_node": np.int64(2)}),
+    ("hierarchical", {"nodes": np.array([1, 1, 0, 0, 2])})]
 
 
 @pytest.mark.parametrize(("algorithm", "options"), PHASE_CASES, ids=str)

@@ -36,8 +36,10 @@ def _once(nodes):
         return nodes
 
 
-def _checked(x, comm, op, algorithm, ranks_per_node, nodes) -> Communicator:
-    """Wrap ``comm`` and check a phase's call on every rank (:mod:`allreduce.validation`)."""
+def _checked(x, comm, op, algorithm, ranks_per_node, nodes):
+    """Wrap ``comm`` and check a phase's call on every rank (:mod:`allreduce.validation`):
+    the communicator, and the layout options the phase takes, as checked (only the
+    hierarchical one's: ints, not the caller's objects, as :func:`allreduce` passes them)."""
     communicator = as_communicator(comm)
     call = describe(x, out=None, op=op, algorithm=algorithm, servers=None, comm=communicator,
                     algorithms=PHASED, sharded=SHARDED,
@@ -51,7 +53,9 @@ def _checked(x, comm, op, algorithm, ranks_per_node, nodes) -> Communicator:
         elif bad := arrays.problem(x, written=True):
             call.problem = TypeError(bad)
     agree(communicator, call, PHASED)
-    return communicator
+    checked = {"ranks_per_node": call.ranks_per_node, "nodes": call.nodes}
+    return communicator, {name: value for name, value in checked.items()
+                          if value is not None} if algorithm == "hierarchical" else {}
 
 
 def allreduce(
@@ -233,12 +237,6 @@ def _plan_key(x, out, op, algorithm, servers, ranks_per_node, nodes, inner):
     return key
 
 
-def _layout(algorithm: str, ranks_per_node, nodes) -> dict:
-    """The layout options a phase of ``algorithm`` takes (only the hierarchical one's)."""
-    given = {"ranks_per_node": ranks_per_node, "nodes": nodes}
-    return {k: v for k, v in given.items() if v is not None} if algorithm == "hierarchical" else {}
-
-
 def reduce_scatter(x: Any, comm: Any, op: str = "sum", *, algorithm: str = "ring",
                    ranks_per_node: int | None = None,
                    nodes: Sequence[int] | None = None) -> tuple[int, int]:
@@ -251,10 +249,9 @@ def reduce_scatter(x: Any, comm: Any, op: str = "sum", *, algorithm: str = "ring
     by the number of ranks.  Chapters "Ring allreduce" and "Beyond one flat ring".
     """
     nodes = _once(nodes)
-    communicator = _checked(x, comm, op, algorithm, ranks_per_node, nodes)
+    communicator, layout = _checked(x, comm, op, algorithm, ranks_per_node, nodes)
     buffer = communicator.native(arrays.flat_view(x))
-    lo, hi = PHASES[algorithm][0](buffer, communicator, OPS[op],
-                                  **_layout(algorithm, ranks_per_node, nodes))
+    lo, hi = PHASES[algorithm][0](buffer, communicator, OPS[op], **layout)
     finish(OPS[op], buffer[lo:hi], communicator.size)
     return lo, hi
 
@@ -266,7 +263,6 @@ def allgather(x: Any, comm: Any, *, algorithm: str = "ring", ranks_per_node: int
     it, with the same ``algorithm`` and options) and ends with every rank's chunk.
     Returns ``x``."""
     nodes = _once(nodes)
-    communicator = _checked(x, comm, "max", algorithm, ranks_per_node, nodes)  # any dtype
-    PHASES[algorithm][1](communicator.native(arrays.flat_view(x)), communicator,
-                         **_layout(algorithm, ranks_per_node, nodes))
+    communicator, layout = _checked(x, comm, "max", algorithm, ranks_per_node, nodes)  # any dtype
+    PHASES[algorithm][1](communicator.native(arrays.flat_view(x)), communicator, **layout)
     return x
