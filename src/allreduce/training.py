@@ -90,8 +90,9 @@ def per_tensor(model, comm, algorithm: str = "auto") -> None:
 
 def fused(model, comm, algorithm: str = "auto", bucket_bytes: int = 25 << 20) -> None:
     """Sum the gradients with one allreduce per bucket: the tensors, packed into flat
-    buffers as DDP packs them after its first iteration (in reverse order, each bucket
-    closing once it reaches ``bucket_bytes``: :func:`allreduce.ddp_buckets.ddp_buckets`)."""
+    buffers as DDP packs them after its first iteration when given ``bucket_cap_mb`` (in
+    reverse order, each bucket closing once it reaches ``bucket_bytes``, the first too;
+    by default DDP closes its first at 1 MiB: :func:`allreduce.ddp_buckets.ddp_buckets`)."""
     import torch
 
     every = gradients(model)
