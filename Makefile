@@ -26,7 +26,8 @@ TORCH_PIN   := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes its code)"
-	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, book build"
+	@echo "make test   run every test: library, MPI at 1-5 ranks, torch gloo, every lab against its key,"
+	@echo "            student copies and grading, the book, and a browser"
 	@echo "make lab    open JupyterLab on the student copies in student/ (made when missing)"
 	@echo "make lab KEYS=1  open JupyterLab on the instructor keys in labs/ instead"
 	@echo "make student  write the missing student copies of every lab into student/ (solutions stubbed)"

@@ -101,6 +101,30 @@ def _reader_pages() -> list[Path]:
             *sorted((ROOT / "chapters").glob("*.md")), *sorted((ROOT / "labs").glob("*.ipynb"))]
 
 
+def test_the_readmes_library_example_runs_as_it_says(venv_bin, tmp_path):
+    """The example under "Using the library", saved and launched as its first line says, on
+    4 ranks: every rank prints the mean, 1.5, on a line of its own.  Unbuffered (the
+    launcher's environment sets PYTHONUNBUFFERED, as some machines do) and several times:
+    a print that made several writes interleaved the ranks' lines there."""
+    from conftest import run_launcher
+
+    example = re.search(r"## Using the library\n\n```python\n(.*?)```", README.read_text(),
+                        re.DOTALL).group(1)
+    launch = re.match(r"# save as (\S+), run with: (.*)\n", example)
+    assert launch, "the example's first line says how to save and run it"
+    script = tmp_path / launch.group(1)
+    script.write_text(example)
+    command = launch.group(2).split()
+    assert command == [".venv/bin/mpiexec", "-n", "4", ".venv/bin/python", "-m", "mpi4py",
+                       script.name], command
+    command = [str(venv_bin / "mpiexec"), "-n", "4", sys.executable, "-m", "mpi4py", str(script)]
+    want = sorted(f"rank {rank}: [1.5 1.5 1.5]" for rank in range(4))
+    for _ in range(5):
+        run = run_launcher(command, timeout=120)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        assert sorted(run.stdout.splitlines()) == want, run.stdout
+
+
 def test_no_page_a_reader_sees_names_an_issue():
     found = [f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
              for page in _reader_pages()
