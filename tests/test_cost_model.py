@@ -79,6 +79,29 @@ def test_crossover_matches_the_chapter_formula(p):
     assert cost.crossover(model, "ring", "recursive_doubling", p) is None  # ring never first
 
 
+@pytest.mark.parametrize("network", list(cost.NETWORKS))
+def test_wins_somewhere_is_exact_where_a_grid_of_sizes_is_not(network):
+    """cost.wins_somewhere agrees with the fastest algorithm on a fine grid of sizes, and
+    finds the narrow window on 7 ranks that powers of two step over: off a power of two,
+    Rabenseifner wins on 7 ranks and more, never on 3, 5 or 6 (the fold's two steps)."""
+    model = cost.NETWORKS[network]
+    names = ("recursive_doubling", "rabenseifner", "ring")
+    sizes = np.geomspace(8, 2.0**34, 2500)  # steps of 0.9%: the 7-rank windows are 4-7% wide
+    for p in range(2, 13):
+        for name in names:
+            rivals = [other for other in names if other != name]
+            on_grid = any(all(model.time(name, p, n) < model.time(r, p, n) for r in rivals)
+                          for n in sizes)
+            assert cost.wins_somewhere(model, name, p, rivals) == on_grid, (name, p)
+    odd = [p for p in range(3, 20) if p & (p - 1)]
+    wins = [p for p in odd if cost.wins_somewhere(model, "rabenseifner", p,
+                                                  ("recursive_doubling", "ring"))]
+    assert wins[0] == 7 and set(odd) - set(wins) == {3, 5, 6}
+    powers = [1 << e for e in range(3, 34)]
+    assert not any(min(names, key=lambda a: model.time(a, 7, n)) == "rabenseifner"
+                   for n in powers)  # what a grid of powers of two missed
+
+
 def test_measured_crossover():
     sizes = [1, 2, 4, 8, 16]
     assert cost.measured_crossover(sizes, [1, 1, 1, 5, 9], [2, 2, 2, 4, 4]) == pytest.approx(

@@ -107,12 +107,24 @@ def test_the_2d_grid_for_every_p():
 
 # -- the phases --------------------------------------------------------------------------
 
+class _Two:
+    """An integer as far as ``operator.index`` goes, and no further (no ``//``)."""
+
+    def __index__(self):
+        return 2
+
+    def __repr__(self):
+        return "_Two()"
+
+
 PHASE_CASES = [(name, {}) for name in allreduce.api.PHASED] + [
     ("hierarchical", {"ranks_per_node": 2}), ("hierarchical", {"ranks_per_node": 3}),
     ("hierarchical", {"nodes": [2, 0, 2, 1, 0, 0, 1]}),
-    # numpy's integers, taken as allreduce takes them (the phase runs with the checked ints)
+    # integers of other types, taken as allreduce takes them: the phase runs with the ints
+    # the check read (before, it was given the caller's object, and _Two failed in it)
     ("hierarchical", {"ranks_per_node": np.int64(2)}),
-    ("hierarchical", {"nodes": np.array([1, 1, 0, 0, 2])})]
+    ("hierarchical", {"nodes": np.array([1, 1, 0, 0, 2])}),
+    ("hierarchical", {"ranks_per_node": _Two()})]
 
 
 @pytest.mark.parametrize(("algorithm", "options"), PHASE_CASES, ids=str)

@@ -36,7 +36,7 @@ def _once(nodes):
         return nodes
 
 
-def _checked(x, comm, op, algorithm, ranks_per_node, nodes):
+def _checked(x, comm, op, algorithm, ranks_per_node, nodes) -> tuple[Communicator, dict]:
     """Wrap ``comm`` and check a phase's call on every rank (:mod:`allreduce.validation`):
     the communicator, and the layout options the phase takes, as checked (only the
     hierarchical one's: ints, not the caller's objects, as :func:`allreduce` passes them)."""
@@ -54,8 +54,9 @@ def _checked(x, comm, op, algorithm, ranks_per_node, nodes):
             call.problem = TypeError(bad)
     agree(communicator, call, PHASED)
     checked = {"ranks_per_node": call.ranks_per_node, "nodes": call.nodes}
-    return communicator, {name: value for name, value in checked.items()
-                          if value is not None} if algorithm == "hierarchical" else {}
+    taken = ({name: value for name, value in checked.items() if value is not None}
+             if algorithm == "hierarchical" else {})
+    return communicator, taken
 
 
 def allreduce(

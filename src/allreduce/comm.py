@@ -189,8 +189,9 @@ class Communicator(ABC):
         Groups are kept for the :data:`KEPT_GROUPS` colourings used last; a colouring used
         after more others than that is split again, and the group let go (an MPI
         communicator freed: MPICH has room for about two thousand), so a program that
-        cycles through many node layouts keeps a bounded number.  Every rank splits the same colourings in the
-        same order, so every rank lets the same group go at the same call.  A group held
+        cycles through many node layouts keeps a bounded number.  Every rank splits the
+        same colourings in the same order, so every rank lets the same group go at the
+        same call.  A group held
         by the caller is valid until then: split the colours again rather than keep it.
 
         This base form builds each group on this communicator's own messages

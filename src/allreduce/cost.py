@@ -389,6 +389,33 @@ def crossover(model: Model | Network, first: str, second: str, p: int, *,
                     lambda n: model.time(second, p, n, **options), largest=largest)
 
 
+def wins_somewhere(model: Model | Network, algorithm: str, p: int, rivals, *,
+                   largest: float = 2.0**50) -> bool:
+    """Whether ``algorithm`` is faster than every one of ``rivals`` on ``p`` ranks under
+    ``model`` at some message size up to ``largest`` bytes (the chapters' "wins when"
+    columns).  Exact: each time is linear in ``n``, so each rival leaves an interval of
+    sizes where ``algorithm`` is faster, and it wins where all the intervals meet (a grid
+    of sizes can miss a narrow one: on 7 ranks Rabenseifner wins only between about 76 and
+    79 kB on the chapters' 100 Gb/s network)."""
+    def line(name: str) -> tuple[float, float]:
+        at_zero = model.time(name, p, 0.0)
+        return at_zero, (model.time(name, p, largest) - at_zero) / largest
+
+    lo, hi = 0.0, largest
+    start, slope = line(algorithm)
+    for rival in rivals:
+        rival_start, rival_slope = line(rival)
+        ahead, gaining = rival_start - start, rival_slope - slope  # faster where > 0
+        if gaining == 0:
+            if ahead <= 0:
+                return False
+        elif gaining > 0:
+            lo = max(lo, -ahead / gaining)
+        else:
+            hi = min(hi, -ahead / gaining)
+    return lo < hi
+
+
 def crossing(first, second, *, largest: float = 2.0**50) -> float | None:
     """Where ``second(n)`` becomes smaller than ``first(n)`` (two times, linear in ``n``),
     as :func:`crossover` finds it; ``None`` as there."""

@@ -206,7 +206,8 @@ def quizzes() -> list[Quiz]:
         explanation=f"$n^* = \\frac{{\\alpha}}{{\\beta}}\\cdot"
                     f"\\frac{{2(p-1) - \\log_2 p}}{{\\log_2 p - 2\\frac{{p-1}}{{p}}}}$ = "
                     f"{NET_100G.alpha / NET_100G.beta / 1e3:g} kB · {above:g}/{below:.2f} ≈ "
-                    f"{format_number(crossing / 1e3)} kB ≈ {format_number(crossing / 1024)} KiB."))
+                    f"{format_number(crossing / 1e3)} kB ≈ "
+                    f"{format_number(crossing / 1024)} KiB."))
     nvlink = cost.NETWORKS["NVLink-class, α = 1 µs"]
     found.append(Quiz(
         "auto-choice", "Practice", "choosing",
