@@ -191,8 +191,8 @@ class Communicator(ABC):
         communicator freed: MPICH has room for about two thousand), so a program that
         cycles through many node layouts keeps a bounded number.  Every rank splits the
         same colourings in the same order, so every rank lets the same group go at the
-        same call.  A group held
-        by the caller is valid until then: split the colours again rather than keep it.
+        same call.  A group held by the caller is valid until then: split the colours
+        again rather than keep it.
 
         This base form builds each group on this communicator's own messages
         (:class:`SubCommunicator`); the transports make groups of their own kind instead."""
