@@ -2,8 +2,8 @@
 receiver does not know.  It receives into a kept buffer as large as the longest message
 can be (:func:`~allreduce.sparse.vector.packet_bound`): the chunk's dense form, or, given
 ``most_pairs`` (every rank's pairs together, which the call's check gathered: no message
-holds more; ``topk_allreduce``'s ⌈k/p⌉), their pairs form when that is smaller, so that a vector of 2³³ elements with a
-few thousand pairs needs kilobytes, not gigabytes.  It uses the communicator's ``*_any``
+holds more; ``topk_allreduce``'s ⌈k/p⌉), their pairs form when that is smaller, so that a
+vector of 2³³ elements with a few thousand pairs needs kilobytes, not gigabytes.  It uses the communicator's ``*_any``
 methods: on MPI and threads a plain message; torch sends its length ahead of it.  The ring's
 all-gather of finished chunks, which three sparse algorithms end with, lives here too."""
 
