@@ -18,6 +18,8 @@ the same error everywhere, before any data moves, and leaves the caller's arrays
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..algorithms.auto import model as auto_model
@@ -52,9 +54,13 @@ __all__ = ["BOUNDARIES", "SPARSE_ALGORITHMS", "SPARSE_CHOICES", "TopkResult", "s
 def _model_bits(model) -> tuple[int, ...]:
     """The dense model's four constants and a digest of the sparse ones
     (:func:`allreduce.sparse.auto.constants_digest`), which the check compares across ranks."""
-    return (*(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
-                                        model.overhead]).view(np.int64)),
-            auto.constants_digest())
+    return (*_dense_bits(model), auto.constants_digest())
+
+
+@functools.lru_cache(maxsize=16)
+def _dense_bits(model) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.array([model.alpha, model.beta, model.gamma,
+                                           model.overhead]).view(np.int64))
 
 
 def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "auto",

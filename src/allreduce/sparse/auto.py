@@ -252,8 +252,14 @@ def _constants() -> tuple:
 
 def constants_digest() -> int:
     """The module's constants as one int64, which the call's check compares across ranks
-    (every rank must choose alike)."""
-    digest = hashlib.blake2b(repr(_constants()).encode(), digest_size=8).digest()
+    (every rank must choose alike).  Kept per value of the constants: hashing them again
+    cost about 9 µs of every sparse call."""
+    return _digest(_constants())
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(constants: tuple) -> int:
+    digest = hashlib.blake2b(repr(constants).encode(), digest_size=8).digest()
     return int(np.frombuffer(digest, np.int64)[0])
 
 
