@@ -10,9 +10,9 @@ of merging at every step.  This is the course's own construction (the all-to-all
 sparse reduce-scatters such as SparCML's and Ok-Topk's start from).
 
 Cost: 2(p−1)·α + [Σ_{s<p} (h + k_s·c) + (p−1)·(h + u_p·c/p)]·β on the critical path, k_s the
-pairs a rank sends in step s (about k/p) and u_p the union of all supports: (p−1)·k·c/p less
-than the ring when the supports are disjoint, the same when they are identical
-(:func:`terms`)."""
+pairs a rank sends in step s (about k/p) and u_p the union of all supports:
+(p−1)·(1/2 − 1/p)·k·c less than the ring when the supports are disjoint (nothing on 2
+ranks), the same when they are identical (:func:`terms`)."""
 
 from __future__ import annotations
 
