@@ -110,7 +110,8 @@ def test_a_run_gets_only_its_exercise_and_the_labs_imports(key):
     del submission.cells[[grading.role(c) for c in submission.cells].index(
         ("allgather", "solution"))]
     with pytest.raises(LookupError, match="no solution cell for exercise 'allgather' "
-                       r"\(was it deleted\?\)"):
+                       r"\(was it deleted\?\): only the cell of the student copy that said "
+                       "'exercise allgather: replace this line with your solution' is graded"):
         grading.graded_code(key, submission, spec)
 
 

@@ -60,7 +60,10 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     if not theirs:  # more or fewer than the lab's are run as they are: a cell split in
         # JupyterLab keeps its exercise's mark in both halves, and two merged keep one
         raise LookupError(f"the submission has no solution cell for exercise "
-                          f"{spec.exercise!r} (was it deleted?)")
+                          f"{spec.exercise!r} (was it deleted?): only the cell of the student "
+                          f"copy that said 'exercise {spec.exercise}: replace this line with "
+                          "your solution' is graded, not code typed into a new cell; put the "
+                          "code back into that cell (a fresh student copy has it)")
     cells = tuple(number for number, cell in enumerate(submission.cells, 1)
                   if role(cell) == wanted)
     setup, stubs = setup_code(lab, spec.exercise, spec.engines)
