@@ -364,6 +364,49 @@ def test_the_cost_from_the_supports_is_the_replayed_trace(p):
                     assert bound.steps == want.steps and bound.bytes >= want.bytes
 
 
+@pytest.mark.parametrize("p", range(1, 10))
+def test_allgather_takes_bruck_s_steps_below_the_limit_and_the_ring_s_above(p, monkeypatch):
+    """The sparse allgather all-gathers by Bruck's algorithm (⌈lg p⌉ steps, any p) while
+    the blocks gathered are bounded below DOUBLING_LIMIT, by the ring (p − 1 steps) from it;
+    both give every rank the dense sum, the same bits, and the steps and bytes the cost
+    module and its closed form price."""
+    import importlib
+
+    from allreduce.sparse import cost
+
+    module = importlib.import_module("allreduce.sparse.allgather")
+    rng = np.random.default_rng(70 + p)
+    n = 3000
+    vectors = [(np.sort(rng.choice(n, size=k, replace=False)),
+                rng.standard_normal(k).astype(np.float32))
+               for k in rng.integers(0, 200, p)]
+    dense = np.zeros(n, np.float64)
+    for indices, values in vectors:
+        dense[indices] += values
+    found = {}
+    for limit, steps in ((1 << 40, (p - 1).bit_length()), (0, p - 1)):
+        monkeypatch.setattr(module, "DOUBLING_LIMIT", limit)
+        results = run_threads(p, lambda comm: sparse_allreduce(*vectors[comm.rank], n, comm,
+                                                               algorithm="allgather"))
+        for indices, values in results:
+            assert np.array_equal(indices, results[0][0])
+            assert values.tobytes() == results[0][1].tobytes()
+        got = np.zeros(n, np.float64)
+        got[results[0][0]] = results[0][1]
+        np.testing.assert_allclose(got, dense, rtol=1e-5, atol=1e-5)
+        found[limit] = results[0]
+        terms = traced("allgather", p, n, vectors)
+        assert terms.steps == (steps if p > 1 else 0)
+        want = cost.terms("allgather", [i for i, _ in vectors], n, 4)
+        assert (terms.steps, terms.bytes) == (want.steps, want.bytes)
+        equal = [(np.arange(60) * 7, np.ones(60, np.float32))] * p  # k = 60 on every rank
+        closed = module.terms(p, 60, 8) if p > 1 else cost.Terms(0, 0, 0)
+        replayed = traced("allgather", p, 1000, equal)
+        assert (replayed.steps, replayed.bytes) == (closed.steps, closed.bytes)
+    assert found[0][0].tobytes() == found[1 << 40][0].tobytes()
+    assert found[0][1].tobytes() == found[1 << 40][1].tobytes()  # merged in rank order alike
+
+
 @pytest.mark.parametrize("p", range(1, 9))
 def test_closed_forms_equal_the_replayed_trace(p):
     """Identical and disjoint supports, k/p pairs of every rank in every chunk of the ring,
@@ -605,7 +648,7 @@ def test_a_changed_ranks_per_core_takes_effect_at_the_next_choice(monkeypatch):
     from allreduce.sparse import auto as sparse_auto
 
     n = 1 << 20
-    loads = [[4000 * (r == 0 and c == 0) + 300 for c in range(4)] for r in range(4)]
+    loads = [[32000 * (r == 0 and c == 0) + 300 for c in range(4)] for r in range(4)]
     counts = [sum(row) for row in loads]
     chosen = {}
     for ranks_per_core in (1.0, 2.0, 1.0):

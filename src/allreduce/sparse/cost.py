@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost import Terms, largest_power_of_two
+from .allgather import uses_bruck
 from .exchange import OVERHEAD_BYTES
 from .layout import Layout, from_supports
 from .vector import index_dtype
@@ -79,6 +80,18 @@ def _doubling(p: int, size_of) -> list[list[Move]]:
     return steps
 
 
+def _bruck_allgather(p: int, block_bytes) -> list[list[Move]]:
+    """Bruck's all-gather of every rank's block: in the step of distance d rank r sends the
+    blocks of ranks r … r + d − 1 (at most p − d) to r − d."""
+    steps, distance = [], 1
+    while distance < p:
+        count = min(distance, p - distance)
+        steps.append([((r - distance) % p, sum(block_bytes((r + i) % p) for i in range(count)),
+                       (r + distance) % p) for r in range(p)])
+        distance *= 2
+    return steps
+
+
 def _ring_allgather(p: int, finished_bytes) -> list[list[Move]]:
     """The all-gather of finished chunks: in step s rank r forwards chunk r − s."""
     return [[((r + 1) % p, finished_bytes((r - s) % p), (r - 1) % p) for r in range(p)]
@@ -93,7 +106,9 @@ def schedule(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
     if p == 1:
         return []
     if algorithm == "allgather":
-        return _ring_allgather(p, lambda r: message_bytes(len(supports[r]), 0, n, itemsize))
+        gather = _bruck_allgather if uses_bruck(p, n, itemsize, sum(map(len, supports))) \
+            else _ring_allgather
+        return gather(p, lambda r: message_bytes(len(supports[r]), 0, n, itemsize))
     if algorithm == "sparse_recursive_doubling":
         return _doubling(p, lambda group: message_bytes(
             int(np.count_nonzero(_present(supports, group, n))), 0, n, itemsize))
@@ -146,13 +161,14 @@ def terms(algorithm: str, supports: list[np.ndarray], n: int, itemsize: int,
 
 
 def expected_terms(algorithm: str, n: int, p: int, k: float, itemsize: int,
-                   unions) -> Terms:
+                   unions, total: float | None = None) -> Terms:
     """Steps and bytes when every rank's message in a step has the expected size: ``k``
     pairs per rank, ``unions(s)`` the size of the union of ``s`` ranks' supports, chunks of
-    equal length holding ``1/p`` of each.  What ``auto`` prices allgather's and recursive
-    doubling's wire with (the chunked algorithms go through :func:`chunked_steps` of an
-    expected :mod:`~allreduce.sparse.layout`), and what the chapter's simulation on
-    thousands of ranks uses."""
+    equal length holding ``1/p`` of each (``total``: every rank's pairs together, which
+    decides ``allgather``'s all-gather; by default ``p·k``).  What ``auto`` prices
+    allgather's and recursive doubling's wire with (the chunked algorithms go through
+    :func:`chunked_steps` of an expected :mod:`~allreduce.sparse.layout`), and what the
+    chapter's simulation on thousands of ranks uses."""
     if p == 1:
         return Terms(0, 0, 0)
     chunk = n / p
@@ -164,6 +180,9 @@ def expected_terms(algorithm: str, n: int, p: int, k: float, itemsize: int,
     gather = [message(unions(p) / p, chunk)] * (p - 1)
     if algorithm == "allgather":
         sizes = [message(k, n)] * (p - 1)
+        if uses_bruck(p, n, itemsize, p * k if total is None else total):
+            distances = (1 << j for j in range((p - 1).bit_length()))  # Bruck's steps
+            sizes = [min(d, p - d) * message(k, n) for d in distances]
     elif algorithm == "sparse_ring":
         sizes = [message(unions(s) / p, chunk) for s in range(1, p)] + gather
     elif algorithm == "sparse_direct":

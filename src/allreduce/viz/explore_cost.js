@@ -208,7 +208,15 @@ function expectedTerms(algorithm, n, p, k, itemsize, unions) {
   const repeat = (x, times) => Array.from({length: times}, () => x);
   const gather = repeat(message(unions(p) / p, chunk), p - 1);
   let sizes;
-  if (algorithm === "allgather") sizes = repeat(message(k, n), p - 1);
+  if (algorithm === "allgather") {
+    // Bruck's all-gather while the p blocks take less than the limit at most (allgather.uses_bruck)
+    const bound = Math.min(p * (DATA.sparse.overhead_bytes + n * itemsize + Math.ceil(n / 8)),
+                           p * DATA.sparse.overhead_bytes + p * k * (index + itemsize));
+    sizes = [];
+    if (bound < DATA.sparse.doubling_limit)
+      for (let d = 1; d < p; d *= 2) sizes.push(Math.min(d, p - d) * message(k, n));
+    else sizes = repeat(message(k, n), p - 1);
+  }
   else if (algorithm === "sparse_ring")
     sizes = [...Array.from({length: p - 1}, (_, i) => message(unions(i + 1) / p, chunk)), ...gather];
   else if (algorithm === "sparse_direct") sizes = [...repeat(message(k / p, chunk), p - 1), ...gather];
