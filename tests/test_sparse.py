@@ -367,7 +367,7 @@ def test_the_cost_from_the_supports_is_the_replayed_trace(p):
 @pytest.mark.parametrize("p", range(1, 10))
 def test_allgather_takes_bruck_s_steps_below_the_limit_and_the_ring_s_above(p, monkeypatch):
     """The sparse allgather all-gathers by Bruck's algorithm (⌈lg p⌉ steps, any p) while
-    the blocks gathered are bounded below DOUBLING_LIMIT, by the ring (p − 1 steps) from it;
+    the blocks gathered are bounded below BRUCK_LIMIT, by the ring (p − 1 steps) from it;
     both give every rank the dense sum, the same bits, and the steps and bytes the cost
     module and its closed form price."""
     import importlib
@@ -385,7 +385,7 @@ def test_allgather_takes_bruck_s_steps_below_the_limit_and_the_ring_s_above(p, m
         dense[indices] += values
     found = {}
     for limit, steps in ((1 << 40, (p - 1).bit_length()), (0, p - 1)):
-        monkeypatch.setattr(module, "DOUBLING_LIMIT", limit)
+        monkeypatch.setattr(module, "BRUCK_LIMIT", limit)
         results = run_threads(p, lambda comm: sparse_allreduce(*vectors[comm.rank], n, comm,
                                                                algorithm="allgather"))
         for indices, values in results:
@@ -403,6 +403,10 @@ def test_allgather_takes_bruck_s_steps_below_the_limit_and_the_ring_s_above(p, m
         closed = module.terms(p, 60, 8) if p > 1 else cost.Terms(0, 0, 0)
         replayed = traced("allgather", p, 1000, equal)
         assert (replayed.steps, replayed.bytes) == (closed.steps, closed.bytes)
+        full = [(np.arange(16), np.full(16, r + 0.5)) for r in range(p)]  # dense-form blocks
+        for indices, values in run_threads(p, lambda comm: sparse_allreduce(
+                *full[comm.rank], 16, comm, algorithm="allgather")):
+            assert indices.tolist() == list(range(16)) and np.all(values == p * p / 2)
     assert found[0][0].tobytes() == found[1 << 40][0].tobytes()
     assert found[0][1].tobytes() == found[1 << 40][1].tobytes()  # merged in rank order alike
 

@@ -189,3 +189,24 @@ def test_animation_controls_are_svg_icons_with_names():
                                                                      path_attrs["d"])
         paths.add(path_attrs["d"])
     assert len(paths) == len(parser.buttons)  # nine different icons
+
+
+def test_a_sparse_message_of_several_packets_is_drawn_whole():
+    """Bruck's all-gather forwards all the blocks a rank holds in one message, packets back
+    to back: the pictures count and draw every packet's pairs, not only the first's."""
+    import numpy as np
+
+    from allreduce.viz.messages import pairs_table, record_sparse, sent
+
+    rng = np.random.default_rng(3)
+    vectors = [(np.sort(rng.choice(48, size=k, replace=False)), np.ones(k, np.float32))
+               for k in (5, 0, 7, 3, 6)]
+    trace = record_sparse("allgather", vectors, 48)
+    ks = [len(indices) for indices, _ in vectors]
+    # 5 ranks: distances 1, 2 and 4; the last step sends only the one block still missing
+    assert pairs_table(trace, np.float32) == [
+        ks, [ks[r] + ks[(r + 1) % 5] for r in range(5)], [ks[r] for r in range(5)]]
+    for step, source, dest, indices, span, dense in sent(trace, np.float32):
+        held = [(source + i) % 5 for i in range(min(1 << (step - 1), 5 - (1 << (step - 1))))]
+        assert dest == (source - (1 << (step - 1))) % 5 and span == (0, 48) and not dense
+        assert sorted(indices.tolist()) == sorted(i for r in held for i in vectors[r][0])

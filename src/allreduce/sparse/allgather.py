@@ -2,15 +2,16 @@
 ``p`` blocks itself (chapter "Sparse allreduce").  What practice uses: Horovod's sparse path
 and torch gloo's sparse ``all_reduce`` call an all-gather of the pairs.
 
-Two all-gathers, as MPICH's ``MPI_Allgatherv`` has (its tuning file,
+Two of MPICH's three all-gathers for ``MPI_Allgatherv`` (its tuning file,
 ``maint/tuning/coll/mpir/generic.json`` at v5.0.1: recursive doubling on a power of two
-below 512 KiB gathered, Bruck's below 80 KiB otherwise, the ring above).  Below
-:data:`DOUBLING_LIMIT`, **Bruck's** (Bruck et al., IEEE TPDS 1997; MPICH's
-``allgatherv_intra_brucks.c``): ⌈lg p⌉ steps on any number of ranks; in the step of
-distance ``d`` = 1, 2, 4, … rank ``r`` sends the blocks it holds, those of ranks
-``r … r + d − 1`` (at most ``p − d``: the last step sends only what the receiver lacks),
-to rank ``r − d`` and receives as many from ``r + d``.  Above, **the ring's**
-(:func:`~allreduce.sparse.exchange.ring_allgather`): p − 1 steps of one block.
+below 512 KiB gathered, Bruck's below 80 KiB on other counts, the ring above).  Below
+:data:`BRUCK_LIMIT`, on any number of ranks, **Bruck's** (Bruck et al., IEEE TPDS 1997;
+MPICH's ``allgatherv_intra_brucks.c``), standing in for recursive doubling: ⌈lg p⌉ steps,
+as many; in the step of distance ``d`` = 1, 2, 4, … rank ``r`` sends the blocks it holds,
+those of ranks ``r … r + d − 1`` (at most ``p − d``: the last step sends only what the
+receiver lacks), to rank ``r − d`` and receives as many from ``r + d``.  From the limit,
+**the ring's** (:func:`~allreduce.sparse.exchange.ring_allgather`): p − 1 steps of one
+block.
 
 Cost (:func:`terms`): ⌈lg p⌉·α (Bruck's) or (p−1)·α (the ring's), and (p−1)·(h + k·c)·β
 either way, for k pairs of c bytes on every rank, h the header of a block, whatever the
@@ -27,11 +28,12 @@ from .vector import (HEADER_BYTES, decode, encode, index_dtype, merge, packet_bo
                      packet_length)
 
 #: Bruck's all-gather while the blocks gathered take less than this many bytes (bounded from
-#: every rank's pair count, which every rank knows), the ring's from it: MPICH's limit for a
-#: power of two.  Measured on the reference machine (4 MPI ranks on 2 cores, whole calls,
-#: interleaved, 2026-11-27): Bruck's 7% faster at 4 blocks of 32 KB, 5% slower at 4 of
-#: 134 KB.
-DOUBLING_LIMIT = 512 << 10
+#: every rank's pair count, which every rank knows), the ring's from it: MPICH's limit for
+#: recursive doubling on a power of two, taken here on any number of ranks (MPICH's limit
+#: for Bruck's, on other counts, is 80 KiB).  Measured on the reference machine (4 MPI ranks
+#: on 2 cores, whole calls, interleaved, 2026-11-27; no other count was measured): Bruck's
+#: 7% faster at 4 blocks of 32 KB, 5% slower at 4 of 134 KB.
+BRUCK_LIMIT = 512 << 10
 
 
 def allgather(indices, values, n: int, comm: Communicator, *, most_pairs: int | None = None):
@@ -48,9 +50,10 @@ def allgather(indices, values, n: int, comm: Communicator, *, most_pairs: int | 
 
 
 def uses_bruck(p: int, n: int, itemsize: int, most_pairs: float | None) -> bool:
-    """Whether :func:`allgather` takes Bruck's all-gather: when ``most_pairs`` pairs in all
-    (known) take less than :data:`DOUBLING_LIMIT` bytes on ``p`` ranks, at most."""
-    return most_pairs is not None and _bound(p, n, itemsize, most_pairs) < DOUBLING_LIMIT
+    """Whether :func:`allgather` takes Bruck's all-gather: when the ``p`` blocks, holding
+    ``most_pairs`` pairs in all (None: not known), take less than :data:`BRUCK_LIMIT` bytes
+    however they are encoded."""
+    return most_pairs is not None and _bound(p, n, itemsize, most_pairs) < BRUCK_LIMIT
 
 
 def _bruck(indices, values, n: int, comm: Communicator, most_pairs: int) -> list:
@@ -61,7 +64,7 @@ def _bruck(indices, values, n: int, comm: Communicator, most_pairs: int) -> list
     while distance < p:
         count = min(distance, p - distance)  # the blocks the receiver lacks
         outgoing = held[0] if count == 1 else np.concatenate(held[:count])
-        inbox = comm.scratch(_bound(count, n, dtype.itemsize, most_pairs), outgoing)
+        inbox = comm.scratch(int(_bound(count, n, dtype.itemsize, most_pairs)), outgoing)
         comm.sendrecv_any(comm.native(outgoing), (rank - distance) % p, comm.native(inbox),
                           (rank + distance) % p)
         at = 0
@@ -86,7 +89,7 @@ def _bound(count: int, n: int, itemsize: int, most_pairs: float) -> float:
 def terms(p: int, k: int, pair_bytes: int, supports: str = "any") -> Terms:
     """Critical-path steps and bytes for ``k`` pairs of ``pair_bytes`` on each of ``p``
     ranks (below the dense switch), whatever the ``supports``: Bruck's steps while the
-    blocks gathered take less than :data:`DOUBLING_LIMIT`, the ring's from it."""
+    blocks gathered take less than :data:`BRUCK_LIMIT`, the ring's from it."""
     bytes_ = (p - 1) * (OVERHEAD_BYTES + k * pair_bytes)
     gathered = p * (OVERHEAD_BYTES + k * pair_bytes)
-    return Terms((p - 1).bit_length() if gathered < DOUBLING_LIMIT else p - 1, bytes_, 0)
+    return Terms((p - 1).bit_length() if gathered < BRUCK_LIMIT else p - 1, bytes_, 0)

@@ -164,7 +164,7 @@ def presets() -> dict:
 
 def data() -> dict:
     from ..algorithms.auto import CANDIDATES
-    from ..sparse.allgather import DOUBLING_LIMIT
+    from ..sparse.allgather import BRUCK_LIMIT
     from ..sparse.dense import PACKED_RANKS
     from ..sparse.exchange import OVERHEAD_BYTES
     from ..sparse.vector import index_dtype
@@ -174,7 +174,7 @@ def data() -> dict:
         "presets": presets(),
         "candidates": list(CANDIDATES),
         "colours": [c for c in OKABE_ITO if c not in ("#000000", "#F0E442")],
-        "sparse": {"overhead_bytes": OVERHEAD_BYTES, "doubling_limit": DOUBLING_LIMIT,
+        "sparse": {"overhead_bytes": OVERHEAD_BYTES, "bruck_limit": BRUCK_LIMIT,
                    "packed_ranks": PACKED_RANKS,
                    "index_bytes_below_2_31": int(index_dtype(1).itemsize),
                    "index_bytes_from_2_31": int(index_dtype(2**31).itemsize)},

@@ -213,7 +213,7 @@ function expectedTerms(algorithm, n, p, k, itemsize, unions) {
     const bound = Math.min(p * (DATA.sparse.overhead_bytes + n * itemsize + Math.ceil(n / 8)),
                            p * DATA.sparse.overhead_bytes + p * k * (index + itemsize));
     sizes = [];
-    if (bound < DATA.sparse.doubling_limit)
+    if (bound < DATA.sparse.bruck_limit)
       for (let d = 1; d < p; d *= 2) sizes.push(Math.min(d, p - d) * message(k, n));
     else sizes = repeat(message(k, n), p - 1);
   }
