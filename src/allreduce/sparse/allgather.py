@@ -6,12 +6,12 @@ Two of MPICH's three all-gathers for ``MPI_Allgatherv`` (its tuning file,
 ``maint/tuning/coll/mpir/generic.json`` at v5.0.1: recursive doubling on a power of two
 below 512 KiB gathered, Bruck's below 80 KiB on other counts, the ring above).  Below
 :data:`BRUCK_LIMIT`, on any number of ranks, **Bruck's** (Bruck et al., IEEE TPDS 1997;
-MPICH's ``allgatherv_intra_brucks.c``), standing in for recursive doubling: ⌈lg p⌉ steps,
-as many; in the step of distance ``d`` = 1, 2, 4, … rank ``r`` sends the blocks it holds,
-those of ranks ``r … r + d − 1`` (at most ``p − d``: the last step sends only what the
-receiver lacks), to rank ``r − d`` and receives as many from ``r + d``.  From the limit,
-**the ring's** (:func:`~allreduce.sparse.exchange.ring_allgather`): p − 1 steps of one
-block.
+MPICH's ``allgatherv_intra_brucks.c``), which takes ⌈lg p⌉ steps, as recursive doubling
+does on a power of two: in the step of distance ``d`` = 1, 2, 4, … rank ``r`` sends the
+blocks it holds, those of ranks ``r … r + d − 1`` (at most ``p − d``: the last step sends
+only what the receiver lacks), to rank ``r − d`` and receives as many from ``r + d``.  From
+the limit, **the ring's** (:func:`~allreduce.sparse.exchange.ring_allgather`): p − 1 steps
+of one block.
 
 Cost (:func:`terms`): ⌈lg p⌉·α (Bruck's) or (p−1)·α (the ring's), and (p−1)·(h + k·c)·β
 either way, for k pairs of c bytes on every rank, h the header of a block, whatever the
