@@ -24,8 +24,7 @@ import numpy as np
 from ..comm import Communicator
 from ..cost import Terms
 from .exchange import OVERHEAD_BYTES, ring_allgather
-from .vector import (HEADER_BYTES, decode, encode, index_dtype, merge, packet_bound,
-                     packet_length)
+from .vector import HEADER_BYTES, decode, encode, index_dtype, merge, packet_bound, packets
 
 #: Bruck's all-gather while the blocks gathered take less than this many bytes (bounded from
 #: every rank's pair count, which every rank knows), the ring's from it: MPICH's limit for
@@ -67,11 +66,8 @@ def _bruck(indices, values, n: int, comm: Communicator, most_pairs: int) -> list
         inbox = comm.scratch(int(_bound(count, n, dtype.itemsize, most_pairs)), outgoing)
         comm.sendrecv_any(comm.native(outgoing), (rank - distance) % p, comm.native(inbox),
                           (rank + distance) % p)
-        at = 0
-        for _ in range(count):  # blocks of ranks r + d, r + d + 1, …, each its own length
-            length = packet_length(inbox[at:], dtype.itemsize)
-            held.append(inbox[at:at + length].copy())
-            at += length
+        # the blocks of ranks r + d, r + d + 1, …, copied out of the inbox it reuses
+        held += [packet.copy() for packet in packets(inbox, dtype.itemsize, count)]
         distance *= 2
     blocks = [None] * p
     for i, packet in enumerate(held):

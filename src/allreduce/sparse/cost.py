@@ -178,11 +178,11 @@ def expected_terms(algorithm: str, n: int, p: int, k: float, itemsize: int,
                                     width * itemsize + width / 8)
 
     gather = [message(unions(p) / p, chunk)] * (p - 1)
-    if algorithm == "allgather":
+    if algorithm == "allgather" and uses_bruck(p, n, itemsize, p * k if total is None else total):
+        distances = (1 << j for j in range((p - 1).bit_length()))  # Bruck's steps
+        sizes = [min(d, p - d) * message(k, n) for d in distances]
+    elif algorithm == "allgather":
         sizes = [message(k, n)] * (p - 1)
-        if uses_bruck(p, n, itemsize, p * k if total is None else total):
-            distances = (1 << j for j in range((p - 1).bit_length()))  # Bruck's steps
-            sizes = [min(d, p - d) * message(k, n) for d in distances]
     elif algorithm == "sparse_ring":
         sizes = [message(unions(s) / p, chunk) for s in range(1, p)] + gather
     elif algorithm == "sparse_direct":

@@ -167,6 +167,17 @@ def packet_length(packet: np.ndarray, itemsize: int) -> int:
     return HEADER_BYTES + count * (index_dtype(hi).itemsize + itemsize)
 
 
+def packets(buffer: np.ndarray, itemsize: int, count: int | None = None) -> list[np.ndarray]:
+    """The messages from :func:`encode` lying back to back at the start of ``buffer`` (views
+    on it): the first ``count``, or as many as it holds whole headers for."""
+    found, at = [], 0
+    while (len(found) < count) if count is not None else (len(buffer) - at >= HEADER_BYTES):
+        length = packet_length(buffer[at:], itemsize)
+        found.append(buffer[at:at + length])
+        at += length
+    return found
+
+
 @timed
 def decode(packet: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The sparse vector a message from :func:`encode` holds (``packet`` may be longer)."""

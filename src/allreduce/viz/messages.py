@@ -36,17 +36,15 @@ def sent(trace: Trace, dtype) -> list[tuple[int, int, int, np.ndarray, tuple[int
     """Every sparse message as ``(step, source, dest, indices, (lo, hi), dense)``: a message
     of several packets back to back (Bruck's all-gather forwards all the blocks it holds)
     gives the indices of all of them, the range they span, and whether any is dense."""
-    from ..sparse.vector import DENSE, HEADER_BYTES, decode, header, packet_length
+    from ..sparse.vector import DENSE, decode, header, packets
 
     dtype = np.dtype(dtype)
     found = []
     for step, source, dest, payload in trace.payloads():
-        parts, at = [], 0
-        while len(payload) - at >= HEADER_BYTES:
-            packet = payload[at:]
+        parts = []
+        for packet in packets(payload, dtype.itemsize):
             kind, _, lo, hi = header(packet)
             parts.append((decode(packet, dtype)[0], lo, hi, kind == DENSE))
-            at += packet_length(packet, dtype.itemsize)
         found.append((step, source, dest, np.concatenate([p[0] for p in parts]),
                       (min(p[1] for p in parts), max(p[2] for p in parts)),
                       any(p[3] for p in parts)))
