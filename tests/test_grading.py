@@ -26,6 +26,7 @@ import pytest
 from allreduce import grading
 from allreduce.grading import notebooks, similarity
 from allreduce.grading.sandbox import probe
+from allreduce.lab.patterns import PATTERNS
 
 RING = "labs/50_ring_allreduce.ipynb"
 NAIVE = "labs/30_naive_allreduce.ipynb"
@@ -280,6 +281,82 @@ def test_recursive_doubling_with_the_far_partner_first_is_right(root):
     scored it 0 (a fifth red-team round)."""
     result = _graded(_lab(root, "40_tree_allreduce"), "recursive_doubling", FAR_FIRST)
     assert result.score == 1, result.message
+
+
+NO_CHILD_TEST = """\
+p, rank = comm.size, comm.rank
+mask = 1
+while mask < p:
+    if rank & mask:
+        comm.send(buf, rank - mask)
+        return
+    comm.recv(scratch, rank | mask)  # without `if rank | mask < p`
+    comm.reduce_local(op, buf, scratch)
+    mask <<= 1
+return"""
+
+FOUR_ROUNDS = FAR_FIRST.replace("comm.size // 2", "2")  # 4 ranks' rounds, whatever p is
+
+RING_MOD_4 = """\
+p, rank, n = comm.size, comm.rank, len(buf)
+incoming = np.empty(-(-n // p), dtype=buf.dtype)
+for step in range(p - 1):
+    send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % 4)
+    recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % 4)
+    comm.sendrecv(buf[send_lo:send_hi], (rank + 1) % p, incoming[: recv_hi - recv_lo],
+                  (rank - 1) % p)
+    comm.reduce_local(op, buf[recv_lo:recv_hi], incoming[: recv_hi - recv_lo])
+return chunk_bounds(n, p, rank)"""
+
+RING_INT64 = RING_MOD_4.replace("% 4", "% p").replace("dtype=buf.dtype", "dtype=np.int64")
+
+SPARSE_INT64 = """\
+p, rank = comm.size, comm.rank
+right, left = (rank + 1) % p, (rank - 1) % p
+bounds = [chunk_bounds(n, p, c) for c in range(p)]
+chunks = [(indices[s], values[s]) for s in split_at(indices, bounds)]
+for step in range(p - 1):
+    send, receive = (rank - step - 1) % p, (rank - step - 2) % p
+    packet = encode(*chunks[send], *bounds[send])
+    length, their_length = np.array([len(packet)], np.int64), np.empty(1, np.int64)
+    comm.sendrecv(length, right, their_length, left)
+    incoming = np.empty(int(their_length[0]), np.uint8)
+    comm.sendrecv(packet, right, incoming, left)
+    chunks[receive] = merge([chunks[receive], decode(incoming, np.int64)], np.int64)
+return chunks[rank]"""
+
+MEAN_OVER_4 = """\
+flat = np.concatenate([g.ravel() for g in grads])
+total = allreduce.allreduce(flat, comm, op="sum")
+pieces = np.split(total / 4, np.cumsum([g.size for g in grads])[:-1])
+return [piece.reshape(g.shape) for piece, g in zip(pieces, grads)]"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("lab, exercise, code, wanted", [
+    ("40_tree_allreduce", "binomial_reduce", NO_CHILD_TEST, "for n = 1 on 3 ranks: rank 2 addressed rank 3"),
+    ("40_tree_allreduce", "recursive_doubling", FOUR_ROUNDS, "on 2 ranks: rank 0 addressed rank 2"),
+    ("50_ring_allreduce", "reduce_scatter", RING_MOD_4, r"for n = \d+ on 3 ranks"),
+    ("50_ring_allreduce", "reduce_scatter", RING_INT64,
+     r"for n = 1001 on 4 ranks.*\[in float32, after the int64 cases were right"),
+    ("75_sparse", "sparse_reduce_scatter", SPARSE_INT64,
+     r"for n = 1001.*\[in float32, after the int64 cases were right.*values's"),
+    ("10_data_parallel", "average_gradients", MEAN_OVER_4, "on 2 ranks: rank 0, gradient 0"),
+], ids=["binomial without child < p", "recursive doubling of two rounds", "ring with % 4",
+        "ring with an int64 scratch", "sparse ring in int64", "mean over 4"])
+def test_a_solution_right_only_on_four_ranks_or_in_int64_scores_0(root, lab, exercise, code,
+                                                                  wanted):
+    """Careless solutions a hostile round found scoring full marks when the grader ran four
+    ranks and int64 only: each is right on the labs' four engines for every int64 case, and
+    wrong on another number of ranks its exercise covers, or in float32 (the dtype of
+    gradients).  The key's own solution passes on all of them."""
+    key = _lab(root, lab)
+    result = _graded(key, exercise, code)
+    assert result.score == 0 and re.search(wanted, result.message), result.message
+    honest = _graded(key, exercise)
+    assert honest.score == 1, honest.message
+    counts = " and ".join(map(str, PATTERNS[grading.spec(key, exercise).pattern].ranks[1:]))
+    assert honest.message.endswith(f"; and on {counts} ranks"), honest.message
 
 
 def _graded(key, exercise: str, code: str | None = None, *, stub: bool = True,
@@ -682,7 +759,7 @@ def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key, home
 
     assert scores("a_correct") == ("3", "2") and rows["a_correct"]["percent"] == "100"
     assert scores("b_off_by_one") == ("0", "2")
-    says("b_off_by_one", r"reduce_scatter for n = \d+: rank \d sent \d+ int64 elements? to rank",
+    says("b_off_by_one", r"reduce_scatter for n = \d+ on 4 ranks: rank \d sent \d+ int64 elements? to rank",
          "sender and receiver disagree on the chunk")
     assert scores("c_deadlock") == ("3", "0")
     says("c_deadlock", "deadlock: rank 0 waits for a message from rank 3")
@@ -1348,8 +1425,8 @@ def test_the_data_must_cross_the_judge_even_where_a_side_channel_is_open(key, mo
     monkeypatch.setattr(sandbox, "SYSCALL_FILTER", False)
     result = _graded_reduce_scatter(key, OFD_LOCKS)
     assert result.score == 0, result.message
-    assert re.search(r"reduce_scatter for n = 1: rank 0's message 1 to rank 1 is one more|"
-                     r"reduce_scatter for n = \d+: rank \d's message 1 to rank \d did not hold "
+    assert re.search(r"reduce_scatter for n = 1 on 4 ranks: rank 0's message 1 to rank 1 is one more|"
+                     r"reduce_scatter for n = \d+ on 4 ranks: rank \d's message 1 to rank \d did not hold "
                      r"the data the taught algorithm sends at that step \(element 0: 0, where",
                      result.message), result.message
     honest = _graded_reduce_scatter(key, "", stub=False)  # the key's own ring: unaffected

@@ -110,6 +110,17 @@ def not_a_ring(buf, comm, op):
 
 def peeks(buf, comm, op):
     comm.comm.Allreduce(buf.copy(), buf)
+
+def int64_scratch(buf, comm, op):  # the lab's ring, but its scratch always int64
+    p, rank, n = comm.size, comm.rank, len(buf)
+    incoming = np.empty(-(-n // p), dtype=np.int64)
+    for step in range(p - 1):
+        send_lo, send_hi = chunk_bounds(n, p, (rank - step - 1) % p)
+        recv_lo, recv_hi = chunk_bounds(n, p, (rank - step - 2) % p)
+        received = incoming[: recv_hi - recv_lo]
+        comm.sendrecv(buf[send_lo:send_hi], (rank + 1) % p, received, (rank - 1) % p)
+        comm.reduce_local(op, buf[recv_lo:recv_hi], received)
+    return chunk_bounds(n, p, rank)
 """
 
 
@@ -121,7 +132,10 @@ def test_a_check_cell_catches_work_handed_to_mpi_or_the_library():
                                ("by_library", "called the library's taught_reduce_scatter"),
                                ("not_a_ring", "on rank 0 sent 3 messages .* to ranks 1, 2, 3 "
                                               "for n = 4 .* it must pass chunks around the ring"),
-                               ("peeks", "AttributeError: .* has no attribute 'comm'")]:
+                               ("peeks", "AttributeError: .* has no attribute 'comm'"),
+                               # right on every int64 case; the last case is float32
+                               ("int64_scratch", r"for n = 7.*\[in float32, after the int64 "
+                                                 r"cases were right")]:
             with pytest.raises(AssertionError, match=says):
                 lab.check(view, function, "reduce_scatter", counts=(4, 7))
         # a check run before its solution cell (after a kernel restart, say): a clear word,

@@ -7,7 +7,8 @@ stubs that raise ``NotImplementedError``, outputs stay, and each exercise's poin
 
 ``allreduce-grade LAB SUBMISSIONS/`` (``make grade``) grades every notebook in the folder one
 exercise at a time.  For exercise E, only E's solution cells from the submission, with the
-lab's imports, go to four rank processes (:mod:`~allreduce.grading.rank`), each in a fresh
+lab's imports, go to rank processes (:mod:`~allreduce.grading.rank`): four, as the labs'
+engines, then the other numbers of ranks the exercise's algorithm is for, each in a fresh
 sandbox of its own (:mod:`~allreduce.grading.sandbox`) with only the files of the library its
 run needs (:mod:`~allreduce.grading.confine`); the judge (:mod:`~allreduce.grading.judge`),
 in the grader's process, routes and records every message between them and computes every

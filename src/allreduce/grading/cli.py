@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", "--cell-timeout", type=float, default=60,
                         help="seconds one check case may run (default 60)")
     parser.add_argument("--jobs", "-j", type=int, default=1,
-                        help="exercises graded at a time (default 1); each runs 4 processes")
+                        help="exercises graded at a time (default 1); each runs up to 8 processes (4, then the exercise's other rank counts)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without the sandbox (see studyguide/instructor.md: they can "
                              "then read and change your files)")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..lab import CHECK_COUNTS, LOCAL_CHECKS, checks
+from ..lab import LOCAL_CHECKS, checks
 from ..lab.overlap import SubmitLog
 from ..lab.patterns import PATTERNS, pattern_problem, payloads
 from . import confine, wire
@@ -63,8 +63,37 @@ class Code:
 
 def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool = True,
                  limits: Limits = DEFAULT_LIMITS) -> Result:
+    """Grade one exercise: on each of its numbers of ranks (:func:`rank_counts`) in turn,
+    each on fresh sandboxes; the first failure is the result."""
     started = time.monotonic()
-    size = 1 if spec.kind == "local" else RANKS
+    lines, warning = [], ""
+    for size in rank_counts(spec):
+        score, line, said = _sitting(spec, code, size, timeout, sandboxed, limits)
+        warning = warning or said  # the same solution cells: the first run's word is theirs
+        if not score:
+            return Result(0.0, line, time.monotonic() - started, warning)
+        lines.append(line)
+    if len(lines) > 1:
+        sizes = [str(size) for size in rank_counts(spec)]
+        lines = [lines[0] + f"; and on {', '.join(sizes[1:-1]) + ' and ' * (len(sizes) > 2)}"
+                 f"{sizes[-1]} ranks"]
+    return Result(1.0, lines[0], time.monotonic() - started, warning)
+
+
+def rank_counts(spec: Spec) -> tuple[int, ...]:
+    """The numbers of ranks an exercise runs on: its pattern's
+    (:attr:`allreduce.lab.patterns.Pattern.ranks`, the labs' four first) for an algorithm,
+    one for a function checked in the kernel, four for the capstone's training."""
+    if spec.kind == "local":
+        return (1,)
+    if spec.kind == "ranks":
+        return PATTERNS[spec.pattern].ranks
+    return (RANKS,)
+
+
+def _sitting(spec: Spec, code: Code, size: int, timeout: float, sandboxed: bool,
+             limits: Limits) -> tuple[float, str, str]:
+    """One exercise on ``size`` ranks: ``(score, the passing line or why not, warning)``."""
     pairs = [socket.socketpair() for _ in range(size)]
     plan = confine.plan(spec.kind, spec.check)
     sandboxes = []
@@ -89,17 +118,17 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
                                "stubs": list(code.stubs), "solution": list(code.solution),
                                "cells": list(code.cells)},
                               timeout) or ""
-        line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code))
+        line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code), size)
         judge.bye()
-        return Result(1.0, line, time.monotonic() - started, warning)
+        return 1.0, line, warning
     except Failure as failure:
         message = str(failure)
         printed = next((s.output().strip() for s in sandboxes if s.output().strip()), "")
         if "ended without answering" in message and printed:
             message += f" [it printed: {clean(printed.splitlines()[-1], 200)}]"
-        return Result(0.0, message, time.monotonic() - started, warning)
+        return 0.0, message, warning
     except Exception as error:  # noqa: BLE001 - one exercise's problem, never the class's
-        return Result(0.0, broke(spec.function, error), time.monotonic() - started, warning)
+        return 0.0, broke(spec.function, error), warning
     finally:
         judge.close()
         for sandbox in sandboxes:
@@ -155,20 +184,23 @@ def _seed(spec: Spec, code: Code) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
-    rng = np.random.default_rng(seed)
-    for n in CHECK_COUNTS:
-        given, expected = checks.inputs(spec.phase, n, RANKS, rng)
+def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> str:
+    rng = np.random.default_rng([seed, size])
+    for n, dtype in checks.cases(spec.phase):
+        given, expected = checks.inputs(spec.phase, n, size, rng, dtype)
         headers = []
-        for rank in range(RANKS):
+        for rank in range(size):
             blobs: list = []
-            headers.append(({"op": "case", "n": n, "size": RANKS,
+            headers.append(({"op": "case", "n": n, "size": size,
                              "given": wire.encode(given[rank], blobs)}, blobs))
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
         buffer = given[0].get("buf")
-        outcome = judge.case(headers, timeout, f"{spec.function} for n = {n}",
-                             payloads(spec.pattern, given),
-                             None if buffer is None else buffer.dtype.name)
+        label = f"{spec.function} for n = {n} on {size} ranks"
+        try:
+            outcome = judge.case(headers, timeout, label, payloads(spec.pattern, given),
+                                 None if buffer is None else buffer.dtype.name)
+        except Failure as failure:
+            raise Failure(checks.in_dtype(str(failure), spec.phase, dtype)) from None
         problems = []
         for rank, (header, blobs) in enumerate(outcome.results):
             if header.get("violation"):
@@ -176,24 +208,26 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
             try:
                 got = wire.decode(header.get("got"), blobs)
                 got = got if isinstance(got, dict) else {}
-                problems.append(checks.judge(spec.phase, spec.function, n, rank, RANKS, got,
-                                             expected))
+                problems.append(checks.in_dtype(checks.judge(
+                    spec.phase, spec.function, n, rank, size, got, expected), spec.phase, dtype))
             except Exception as error:  # noqa: BLE001 - a result made by hand, not by run()
                 problems.append(f"{spec.function} left something the check cannot read on "
                                 f"rank {rank} for n = {n} ({type(error).__name__}: "
                                 f"{clean(error, 100)})")
         if problem := next((p for p in problems if p), None):
             raise Failure(problem)
-        if problem := _pattern(spec, n, outcome, deadline, timeout):
-            raise Failure(problem)
+        if problem := _pattern(spec, n, size, dtype, outcome, deadline, timeout):
+            raise Failure(checks.in_dtype(problem, spec.phase, dtype))
         if spec.pattern == "one_allreduce" and (problem := _crossed(spec, n, given, outcome)):
             raise Failure(problem)
         if outcome.content:  # right values, right pattern, and the data not through comm
-            raise Failure(f"{spec.function} for n = {n}: {outcome.content}")
-    return f"{spec.function}: correct on {RANKS} ranks for n = {', '.join(map(str, CHECK_COUNTS))}"
+            raise Failure(checks.in_dtype(f"{spec.function} for n = {n} on {size} ranks: "
+                                          f"{outcome.content}", spec.phase, dtype))
+    return f"{spec.function}: correct on {size} ranks for {checks.described(spec.phase)}"
 
 
-def _pattern(spec: Spec, n: int, outcome, deadline: float, timeout: float) -> str | None:
+def _pattern(spec: Spec, n: int, size: int, dtype: str, outcome, deadline: float,
+             timeout: float) -> str | None:
     if spec.pattern != "one_allreduce":
         if any(outcome.allreduces):
             return (f"your {spec.function} called allreduce.allreduce for n = {n}: the exercise "
@@ -212,9 +246,10 @@ def _pattern(spec: Spec, n: int, outcome, deadline: float, timeout: float) -> st
             return (f"your {spec.function} sent messages of its own for n = {n}; it must "
                     f"{PATTERNS[spec.pattern].does}")
     try:
-        return pattern_problem(spec.function, spec.pattern, n, RANKS, outcome.events,
+        return pattern_problem(spec.function, spec.pattern, n, size, outcome.events,
                                [len(a) for a in outcome.allreduces], outcome.allreduces,
-                               give_up=lambda: STOP.is_set() or time.monotonic() > deadline)
+                               give_up=lambda: STOP.is_set() or time.monotonic() > deadline,
+                               dtype=dtype)
     except TimeoutError:
         if STOP.is_set():
             raise Failure("grading was interrupted") from None
@@ -251,7 +286,8 @@ def _crossed(spec: Spec, n: int, given: list[dict], outcome) -> str | None:
 def _alike(values, wanted: np.ndarray) -> bool:
     """Whether ``values`` (in any order, of any dtype) are ``wanted`` (sorted float64), to
     the rounding of their dtype: the cases' gradients are small integers, exact in any of
-    the dtypes the grader reduces, and divided by :data:`RANKS` (a power of two) still are."""
+    the dtypes the grader reduces, and divided by the number of ranks (a power of two: the
+    pattern's :attr:`~allreduce.lab.patterns.Pattern.ranks`) still are."""
     values = np.asarray(values)
     if values.shape != wanted.shape:
         return False
@@ -260,7 +296,7 @@ def _alike(values, wanted: np.ndarray) -> bool:
                             atol=0.0))
 
 
-def _local(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
+def _local(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> str:
     check = LOCAL_CHECKS[spec.check]
     cases = check.graded_cases(np.random.default_rng(seed))
     outcome = judge.case([({"op": "case", "cases": cases, "given": check.given()}, [])],
@@ -317,7 +353,7 @@ def _replayed_training(sums: list[np.ndarray], per_step: list[int]) -> np.ndarra
     return flat_weights(model)
 
 
-def _overlap(judge: Judge, spec: Spec, timeout: float, seed: int) -> str:
+def _overlap(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> str:
     weights, per_step = _reference_training(OVERLAP_STEPS)
     outcome = judge.case([({"op": "case", "steps": OVERLAP_STEPS, "size": RANKS}, [])] * RANKS,
                          timeout, f"training with your {spec.function}")

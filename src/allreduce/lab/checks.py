@@ -26,6 +26,11 @@ from .patterns import sparse_supports
 # data another way: a check cell is practice, the grader's verdict is the grade.
 
 CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
+#: The dtype of the cases above, and the other one every check also runs (at the largest
+#: count): gradients are float32, and a function that allocates its scratch or its packets
+#: in int64 (or float64) whatever ``buf`` holds is right for the first cases only.  Both hold
+#: the bit sets exactly: float32 takes fewer secret bits (:func:`inputs`).
+CHECK_DTYPE, OTHER_DTYPE = "int64", "float32"
 PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients",
           "sparse_reduce_scatter")
 
@@ -38,15 +43,18 @@ def _ranks(bits: int, size: int) -> str:
     return ("ranks " + "+".join(map(str, names))) if names else "nothing"
 
 
-def inputs(phase: str, n: int, size: int, rng: np.random.Generator):
+def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str = CHECK_DTYPE):
     """Every rank's data for one case, and what the result must be: ``(given, expected)``,
-    ``given[rank]`` a dict of named arrays."""
+    ``given[rank]`` a dict of named arrays, of ``dtype`` (the gradients of
+    ``average_gradients`` are float64 whatever it says); ``expected`` is exact, in int64
+    (float64 for the gradients' means)."""
+    bits = _secret_bits(size, dtype)
     if phase == "sparse_reduce_scatter":  # the supports fix the pattern; the values are secret
         supports = sparse_supports(n, size)
-        values = [rng.integers(1, 1 << 20, len(s)).astype(np.int64) for s in supports]
+        values = [rng.integers(1, 1 << bits, len(s)).astype(dtype) for s in supports]
         expected = np.zeros(n, np.int64)
         for indices, mine in zip(supports, values):
-            expected[indices] += mine
+            expected[indices] += mine.astype(np.int64)
         return [{"indices": i, "values": v, "n": np.array([n])}
                 for i, v in zip(supports, values)], expected
     if phase == "average_gradients":
@@ -55,18 +63,57 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator):
                  for _ in range(size)]
         means = [sum(g[i] for g in grads) / size for i in range(len(shapes))]
         return [{f"g{i}": g for i, g in enumerate(mine)} for mine in grads], means
-    secret = rng.integers(0, 1 << 20, (size, n))
+    secret = rng.integers(0, 1 << bits, (size, n))
     mine = [(1 << rank) + (secret[rank] << size) for rank in range(size)]
     expected = np.sum(mine, axis=0, dtype=np.int64)
     if phase == "allgather":  # each rank starts with only its own chunk, finished
         given = []
         for rank in range(size):
-            buf = np.zeros(n, dtype=np.int64)
+            buf = np.zeros(n, dtype=dtype)
             lo, hi = chunk_bounds(n, size, rank)
             buf[lo:hi] = expected[lo:hi]
             given.append({"buf": buf})
         return given, expected
-    return [{"buf": m.astype(np.int64)} for m in mine], expected
+    return [{"buf": m.astype(dtype)} for m in mine], expected
+
+
+def cases(phase: str, counts=CHECK_COUNTS) -> list[tuple[int, str]]:
+    """A check's cases, ``(n, dtype)``: every count in :data:`CHECK_DTYPE`, then the
+    largest in :data:`OTHER_DTYPE` (not for ``average_gradients``, whose gradients are
+    float64 in every case)."""
+    counts = list(counts)
+    other = [(max(counts), OTHER_DTYPE)] if counts and phase != "average_gradients" else []
+    return [(n, CHECK_DTYPE) for n in counts] + other
+
+
+def described(phase: str, counts=CHECK_COUNTS) -> str:
+    """The cases of :func:`cases` in a check's passing line."""
+    listed = cases(phase, counts)
+    line = "n = " + ", ".join(str(n) for n, dtype in listed if dtype == CHECK_DTYPE)
+    others = [n for n, dtype in listed if dtype != CHECK_DTYPE]
+    return line + (f", and {OTHER_DTYPE} for n = {others[0]}" if others else "")
+
+
+def in_dtype(problem: str | None, phase: str, dtype: str) -> str | None:
+    """``problem`` of a case in :data:`OTHER_DTYPE`, saying so: the same function was right
+    on the cases before, so what differs is the dtype."""
+    if not problem or dtype == CHECK_DTYPE:
+        return problem
+    arrays = "values" if phase == "sparse_reduce_scatter" else "buf"
+    return (f"{problem} [in {dtype}, after the {CHECK_DTYPE} cases were right: does it make "
+            f"arrays of another dtype than {arrays}'s?]")
+
+
+def _secret_bits(size: int, dtype: str) -> int:
+    """How many secret bits each element can carry on ``size`` ranks so that any sum of the
+    ranks' values (the rank bits below them included) is exact in ``dtype``: 20 in int64, in
+    float32 what its 24-bit significand leaves (17 on 4 ranks, 12 on 8)."""
+    if np.dtype(dtype).kind != "f":
+        return 20
+    bits = min(20, np.finfo(dtype).nmant + 1 - size - size.bit_length())
+    if bits < 8:
+        raise ValueError(f"{size} ranks leave {dtype} too few bits for a check's secrets")
+    return bits
 
 
 def run(phase: str, function, comm, given: dict) -> dict:
@@ -104,6 +151,10 @@ def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: 
     if not len(bad):
         return None
     i = lo + int(bad[0])
+    if not np.isfinite(buf[i]):
+        return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
+                f"(elements {lo}..{hi - 1}), element {i}: expected the data of "
+                f"{_ranks(int(expected[i]), size)}, got {buf[i]}")
     got = int(buf[i])
     what = _ranks(got, size)
     if got & ((1 << size) - 1) == int(expected[i]) & ((1 << size) - 1):
@@ -123,18 +174,19 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
     if phase == "average_gradients":
         result = got.get("result")
         if not isinstance(result, (list, tuple)) or len(result) != len(expected):
-            return (f"{name} returned {type(result).__name__} on rank {rank} for n = {n}; it "
-                    f"should return a list of {len(expected)} arrays")
+            return (f"{name} returned {type(result).__name__} on rank {rank} for n = {n} on "
+                    f"{size} ranks; it should return a list of {len(expected)} arrays")
         for index, (mine, want) in enumerate(zip(result, expected)):
             mine = np.asarray(mine)
             if mine.shape != want.shape:
                 return (f"{name}: gradient {index} has shape {mine.shape} on rank {rank} for "
-                        f"n = {n}, expected {want.shape}")
+                        f"n = {n} on {size} ranks, expected {want.shape}")
             bad = np.argwhere(mine != want)
             if len(bad):
                 where = tuple(int(i) for i in bad[0])
-                return (f"{name} is wrong for n = {n} on rank {rank}: gradient {index}, element "
-                        f"{where}: expected the mean {want[where]}, got {mine[where]}")
+                return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, gradient "
+                        f"{index}, element {where}: expected the mean {want[where]}, got "
+                        f"{mine[where]}")
         return None
     if phase == "sparse_reduce_scatter":
         return _sparse_chunk_wrong(name, n, rank, size, got, expected)

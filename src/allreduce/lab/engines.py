@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ..comm import Communicator
-from .checks import CHECK_COUNTS, PHASES, facade, inputs, judge, run
+from .checks import CHECK_COUNTS, PHASES, cases, described, facade, in_dtype, inputs, judge, run
 from .guard import Guard
 from .patterns import DEFAULT_PATTERN, PATTERNS, pattern_problem
 
@@ -74,22 +74,25 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
     world = MPI.COMM_WORLD
     rank, size = world.rank, world.size
     problems: list[tuple[int, int, str]] = []
-    for n in counts:
+    for n, dtype in cases(phase, counts):
         private = world.Dup()  # the student's messages cannot meet anyone else's
-        given, expected = inputs(phase, n, size, np.random.default_rng(n))
+        given, expected = inputs(phase, n, size, np.random.default_rng(n), dtype)
         guard = Guard(name, allow_allreduce=pattern == "one_allreduce")
         tracer = TracingCommunicator(_mpi_communicator(private, patience))
         try:
             with guard:
                 got = run(phase, function, facade(tracer, guard.trusted), given[rank])
-            problem = guard.violation or judge(phase, name, n, rank, size, got, expected)
+            problem = guard.violation or in_dtype(
+                judge(phase, name, n, rank, size, got, expected), phase, dtype)
         except Exception as error:  # noqa: BLE001 - reported: the other ranks must get here too
             problem = guard.violation or (f"{name} raised on rank {rank} for n = {n}: "
                                           f"{type(error).__name__}: {error}")
         private.Free()
         if not world.allreduce(bool(problem), op=MPI.LOR):
-            problem = pattern_problem(name, pattern, n, size, world.allgather(tracer.events),
-                                      world.allgather(guard.allreduce_calls))
+            problem = in_dtype(pattern_problem(name, pattern, n, size,
+                                               world.allgather(tracer.events),
+                                               world.allgather(guard.allreduce_calls),
+                                               dtype=dtype), phase, dtype)
             problem = problem if rank == 0 else None
         if problem:
             problems.append((n, rank, problem))
@@ -134,4 +137,4 @@ def check(view, function: str, phase: str, *, pattern: str | None = None,
         found.sort(key=lambda p: (p[0], "TimeoutError" in p[2], p[1]))
         more = f"  ({len(found) - 1} more on other ranks)" if len(found) > 1 else ""
         raise AssertionError(found[0][2] + more)
-    print(f"{function}: correct on {len(view)} ranks for n = {', '.join(map(str, counts))}")
+    print(f"{function}: correct on {len(view)} ranks for {described(phase, counts)}")

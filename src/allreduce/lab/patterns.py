@@ -29,6 +29,10 @@ class Pattern:
 
     algorithm: str  # the library's name for it, as a student reads it in the chapter
     does: str  # "it must ..." in a failure message
+    #: the numbers of ranks the grader runs it on, the labs' four engines first: a function
+    #: right on four ranks only (a binomial reduce that skips the test `child < p`, a ring
+    #: that takes `% 4`) fails on the others
+    ranks: tuple[int, ...] = (4, 3, 5)
 
 
 PATTERNS: dict[str, Pattern] = {
@@ -58,7 +62,8 @@ PATTERNS: dict[str, Pattern] = {
         "its server: p - 1 messages each way in each phase"),
     "recursive_doubling": Pattern(
         "recursive doubling",
-        "exchange the whole buffer with partner rank ^ mask at each of log2(p) steps"),
+        "exchange the whole buffer with partner rank ^ mask at each of log2(p) steps",
+        ranks=(4, 2, 8)),  # the exercise's is for a power of two
     "sparse_ring_reduce_scatter": Pattern(
         "the sparse ring's reduce-scatter",
         "pass each chunk's partial sum around the ring: p - 1 steps, each one comm.sendrecv "
@@ -66,12 +71,14 @@ PATTERNS: dict[str, Pattern] = {
         "neighbour and from the left one"),
     "one_allreduce": Pattern(
         "one allreduce",
-        "concatenate the gradients and call allreduce.allreduce once on the whole buffer"),
+        "concatenate the gradients and call allreduce.allreduce once on the whole buffer",
+        ranks=(4, 2)),  # a power of two, so that every mean is exact
     "hierarchical": Pattern(
         "the hierarchical allreduce, 2 ranks to a node, a ring across",
         "reduce-scatter around the ring of your node (ranks 2i and 2i + 1), allreduce your "
         "half with a ring over the ranks of the same local rank on every node, then "
-        "all-gather around your node's ring"),
+        "all-gather around your node's ring",
+        ranks=(4, 6)),  # nodes of two; on 4 ranks the ring across has two, left = right
 }
 
 #: The pattern each value check has unless the check cell names one.
@@ -106,9 +113,10 @@ def _reference_function(pattern: str):
 
 
 @functools.lru_cache(maxsize=256)
-def reference(pattern: str, n: int, size: int):
+def reference(pattern: str, n: int, size: int, dtype: str = "int64"):
     """The library's own trace of ``pattern`` for ``n`` int64 elements on ``size`` thread
-    ranks (an :class:`allreduce.trace.Trace`)."""
+    ranks (an :class:`allreduce.trace.Trace`); a sparse pattern's values of ``dtype``, which
+    sets its packets' lengths (a dense pattern's messages are counted in elements)."""
     from ..ops import OPS
     from ..trace import Trace, TracingCommunicator
     from ..transports.threads import run_threads
@@ -121,7 +129,7 @@ def reference(pattern: str, n: int, size: int):
         def body(comm):
             tracer = TracingCommunicator(comm)
             mine = supports[comm.rank]
-            taught_reduce_scatter(mine, np.ones(len(mine), np.int64), n, tracer)
+            taught_reduce_scatter(mine, np.ones(len(mine), dtype), n, tracer)
             return tracer.events
 
         return Trace(run_threads(size, body, timeout=30), itemsize=1)
@@ -224,12 +232,13 @@ def _listing(messages: Counter, towards: str) -> str:
             f"rank{'s' * (len(peers) != 1)} {', '.join(map(str, peers))}")
 
 
-def compare(name: str, pattern: str, trace, n: int) -> str | None:
-    """Why ``trace`` (what ``name`` sent through its ``comm`` for ``n`` elements) is not the
-    pattern ``pattern``, in words a student can act on; ``None`` when it is."""
+def compare(name: str, pattern: str, trace, n: int, dtype: str = "int64") -> str | None:
+    """Why ``trace`` (what ``name`` sent through its ``comm`` for ``n`` elements of
+    ``dtype``) is not the pattern ``pattern``, in words a student can act on; ``None`` when
+    it is."""
     want = PATTERNS[pattern]
     size = trace.size
-    ref = reference(pattern, n, size)
+    ref = reference(pattern, n, size, dtype if pattern.startswith("sparse") else "int64")
     advice = f"; it must {want.does}"
     sent = sum(trace.messages_sent(r) for r in range(size))
     if sent == 0 and sum(ref.messages_sent(r) for r in range(size)):
@@ -251,11 +260,11 @@ def compare(name: str, pattern: str, trace, n: int) -> str | None:
 
 
 def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduce_calls,
-                    allreduce_counts=None, give_up=None) -> str | None:
-    """The pattern check for one case, from every rank's events (sends, receives, waits)
-    and the number of ``allreduce.allreduce`` calls each rank made (and, when known, how many
-    elements each call reduced).  Linear in the events; ``give_up`` as
-    :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
+                    allreduce_counts=None, give_up=None, dtype: str = "int64") -> str | None:
+    """The pattern check for one case of ``n`` elements of ``dtype``, from every rank's
+    events (sends, receives, waits) and the number of ``allreduce.allreduce`` calls each rank
+    made (and, when known, how many elements each call reduced).  Linear in the events;
+    ``give_up`` as :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
     from ..trace import Trace
 
     if pattern == "one_allreduce":
@@ -270,4 +279,4 @@ def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduc
                         f"{rank} for n = {n}, not all {total} elements of the gradients; it must "
                         f"{PATTERNS[pattern].does}")
         return None
-    return compare(name, pattern, Trace(list(events), itemsize=8, give_up=give_up), n)
+    return compare(name, pattern, Trace(list(events), itemsize=8, give_up=give_up), n, dtype)
