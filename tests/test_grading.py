@@ -359,6 +359,26 @@ def test_a_solution_right_only_on_four_ranks_or_in_int64_scores_0(root, lab, exe
     assert honest.message.endswith(f"; and on {counts} ranks"), honest.message
 
 
+def test_a_run_on_more_ranks_than_four_shares_four_ranks_memory(root, monkeypatch):
+    """Recursive doubling is graded on 2, 4 and 8 ranks: the 8 sandboxes of the last run
+    get half the memory each, so that a run (and --jobs runs side by side) takes no more of
+    the machine than one of four ranks did."""
+    from allreduce.grading import run, sandbox
+
+    given, start = [], sandbox.Sandbox.start.__func__
+
+    def watched(cls, fd, rank, plan, **options):
+        given.append(options["limits"])
+        return start(cls, fd, rank, plan, **options)
+
+    monkeypatch.setattr(sandbox.Sandbox, "start", classmethod(watched))
+    result = _graded(_lab(root, "40_tree_allreduce"), "recursive_doubling", sandboxed=False)
+    assert result.score == 1, result.message
+    four = sandbox.DEFAULT_LIMITS
+    assert [limits.memory for limits in given] == [four.memory] * 6 + [four.memory // 2] * 8
+    assert [limits.data for limits in given] == [four.data] * 6 + [four.data // 2] * 8
+
+
 def _graded(key, exercise: str, code: str | None = None, *, stub: bool = True,
             timeout: float = 20, sandboxed: bool = True):
     """``exercise`` of the lab ``key`` graded with ``code`` as its solution's body (before

@@ -14,6 +14,7 @@ each one as it arrives): right values that did not cross the judge fail.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import secrets
@@ -93,7 +94,12 @@ def rank_counts(spec: Spec) -> tuple[int, ...]:
 
 def _sitting(spec: Spec, code: Code, size: int, timeout: float, sandboxed: bool,
              limits: Limits) -> tuple[float, str, str]:
-    """One exercise on ``size`` ranks: ``(score, the passing line or why not, warning)``."""
+    """One exercise on ``size`` ranks: ``(score, the passing line or why not, warning)``.
+    More than :data:`RANKS` ranks share what four would have of memory, so that a run on
+    eight costs the machine no more than one on four (``--jobs`` runs side by side)."""
+    if size > RANKS:
+        limits = dataclasses.replace(limits, memory=limits.memory * RANKS // size,
+                                     data=limits.data * RANKS // size)
     pairs = [socket.socketpair() for _ in range(size)]
     plan = confine.plan(spec.kind, spec.check)
     sandboxes = []
