@@ -64,3 +64,21 @@ def test_the_capstone_model_and_ddps_default_caps():
     big = stack([300, 512, 400, 360, 256, 192, 128, 600, 40, 10])
     assert real_ddp_buckets(big, torch.randn(5, 300)) == ddp_buckets(
         sizes_of(big), BUCKET_BYTES, FIRST_BUCKET_BYTES)
+
+
+def test_chapter_70s_encoder_has_the_buckets_a_real_ddp_makes():
+    """The nccl chapter's 12-layer encoder of width 1,024 (about 600 MB of gradients): a
+    real DDP, after its rebuild, makes as many buckets as the reverse order the chapter
+    takes, each within one LayerNorm's bytes of it: the chapter says the order is nearly
+    so (each layer's first norm is ready a little later than its place)."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096)
+    encoder = torch.nn.TransformerEncoder(layer, num_layers=12, enable_nested_tensor=False)
+    sizes = sizes_of(encoder)
+    ours = ddp_buckets(sizes, BUCKET_BYTES, FIRST_BUCKET_BYTES)
+    real = real_ddp_buckets(encoder, torch.randn(8, 2, 1024))
+    assert len(real) == len(ours) == 19
+    norm = 2 * 1024 * 4  # a LayerNorm's weight and bias, float32
+    for theirs, mine in zip(real, ours):
+        assert abs(sum(sizes[i] for i in theirs) - sum(sizes[i] for i in mine)) <= norm
+    assert real != ours  # the norms: not the same tensors in every bucket
