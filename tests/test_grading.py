@@ -359,6 +359,40 @@ def test_a_solution_right_only_on_four_ranks_or_in_int64_scores_0(root, lab, exe
     assert honest.message.endswith(f"; and on {counts} ranks"), honest.message
 
 
+def test_the_float32_hint_is_given_only_where_the_dtype_can_be_why():
+    """The float32 case's failures say that the int64 cases passed, but not a time-out, a
+    deadlock or a MemoryError, which the dtype did not cause (a hostile round's finding)."""
+    from allreduce.lab import checks
+
+    wrong = "reduce_scatter is wrong for n = 1001 on 4 ranks: rank 0, chunk 0"
+    assert "[in float32, after the int64 cases were right" in checks.in_dtype(
+        wrong, "reduce_scatter", "float32")
+    assert checks.in_dtype(wrong, "reduce_scatter", "int64") == wrong
+    assert "values's" in checks.in_dtype(wrong, "sparse_reduce_scatter", "float32")
+    for other in ("x for n = 1001 on 8 ranks did not finish within 10 s: an endless loop",
+                  "deadlock: rank 0 waits for rank 1", "x raised on rank 0: MemoryError: no"):
+        assert checks.in_dtype(other, "allreduce", "float32") == other
+
+
+STALLS_OFF_FOUR = """\
+import time
+if comm.size != 4:
+    time.sleep(0.8)  # just short of each case's limit, in every case off four ranks"""
+
+
+@needs_sandbox
+def test_an_exercise_s_runs_together_get_one_run_s_time(root):
+    """A solution that stalls just short of the case's time limit in every case but on the
+    labs' four ranks (a hostile round's): the exercise's runs on 3 and 5 ranks together
+    may take only what the seven cases of one run could, not three times it."""
+    key = _lab(root, "50_ring_allreduce")
+    started = time.monotonic()
+    result = _graded(key, "reduce_scatter", STALLS_OFF_FOUR, stub=False, timeout=1.0)
+    assert result.score == 0 and "exercise's" in result.message, result.message
+    assert "on 4 ranks" not in result.message, result.message
+    assert time.monotonic() - started < 7 + 5  # 7 cases of 1 s, and the sandboxes' start
+
+
 def test_a_run_on_more_ranks_than_four_shares_four_ranks_memory(root, monkeypatch):
     """Recursive doubling is graded on 2, 4 and 8 ranks: the 8 sandboxes of the last run
     get half the memory each, so that a run (and --jobs runs side by side) takes no more of

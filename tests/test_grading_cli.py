@@ -227,7 +227,7 @@ def test_the_lowest_failing_rank_is_named_every_time(root, tmp_path, key):
         (graded,) = grading.grade(root / RING, [tmp_path / "bob.ipynb"], sandboxed=False,
                                   progress=lambda *a, **k: None)
         message = graded.results["reduce_scatter"].message
-        assert "raised on rank 1 for n = 1: ValueError: rank 1 gives up" in message, message
+        assert "raised on rank 1 for n = 1 on 4 ranks: ValueError: rank 1 gives up" in message, message
 
 
 class _Quiet:

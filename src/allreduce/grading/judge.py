@@ -157,7 +157,7 @@ class Judge:
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout
-        late = (f"{what} did not finish within {timeout:.0f} s: an endless loop, or a rank "
+        late = (f"{what} did not finish within {timeout:.{0 if timeout >= 1 else 1}f} s: an endless loop, or a rank "
                 "computing for too long?")
         try:
             while True:

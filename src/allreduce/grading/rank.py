@@ -175,7 +175,8 @@ class Rank:
             return f"{name} raised for the arguments {shown}: {what}"
         if self.spec["kind"] == "overlap":
             return f"training with your {name} raised on rank {self.rank}: {what}"
-        return f"{name} raised on rank {self.rank} for n = {header.get('n')}: {what}"
+        return (f"{name} raised on rank {self.rank} for n = {header.get('n')} on "
+                f"{header.get('size')} ranks: {what}")
 
     @staticmethod
     def _where(error: BaseException) -> str:

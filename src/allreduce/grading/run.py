@@ -65,11 +65,15 @@ class Code:
 def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool = True,
                  limits: Limits = DEFAULT_LIMITS) -> Result:
     """Grade one exercise: on each of its numbers of ranks (:func:`rank_counts`) in turn,
-    each on fresh sandboxes; the first failure is the result."""
+    each on fresh sandboxes; the first failure is the result.  ``timeout`` is each case's;
+    an algorithm's runs together get as long as its cases on one run could take (seven
+    times it), so that a submission that stalls just short of it in every case holds the
+    grader no longer than when one run was all."""
     started = time.monotonic()
     lines, warning = [], ""
+    ends = started + timeout * len(checks.cases(spec.phase)) if spec.kind == "ranks" else None
     for size in rank_counts(spec):
-        score, line, said = _sitting(spec, code, size, timeout, sandboxed, limits)
+        score, line, said = _sitting(spec, code, size, timeout, sandboxed, limits, ends)
         warning = warning or said  # the same solution cells: the first run's word is theirs
         if not score:
             return Result(0.0, line, time.monotonic() - started, warning)
@@ -93,7 +97,7 @@ def rank_counts(spec: Spec) -> tuple[int, ...]:
 
 
 def _sitting(spec: Spec, code: Code, size: int, timeout: float, sandboxed: bool,
-             limits: Limits) -> tuple[float, str, str]:
+             limits: Limits, ends: float | None = None) -> tuple[float, str, str]:
     """One exercise on ``size`` ranks: ``(score, the passing line or why not, warning)``.
     More than :data:`RANKS` ranks share what four would have of memory, so that a run on
     eight costs the machine no more than one on four (``--jobs`` runs side by side)."""
@@ -123,8 +127,8 @@ def _sitting(spec: Spec, code: Code, size: int, timeout: float, sandboxed: bool,
                                "check": spec.check, "setup": code.setup,
                                "stubs": list(code.stubs), "solution": list(code.solution),
                                "cells": list(code.cells)},
-                              timeout) or ""
-        line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code), size)
+                              _left(timeout, ends, spec, size)) or ""
+        line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code), size, ends)
         judge.bye()
         return 1.0, line, warning
     except Failure as failure:
@@ -190,9 +194,12 @@ def _seed(spec: Spec, code: Code) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> str:
+def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
+           ends: float | None = None) -> str:
     rng = np.random.default_rng([seed, size])
+    limit = timeout
     for n, dtype in checks.cases(spec.phase):
+        timeout = _left(limit, ends, spec, size, n)
         given, expected = checks.inputs(spec.phase, n, size, rng, dtype)
         headers = []
         for rank in range(size):
@@ -201,7 +208,8 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> st
                              "given": wire.encode(given[rank], blobs)}, blobs))
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
         buffer = given[0].get("buf")
-        label = f"{spec.function} for n = {n} on {size} ranks"
+        label = f"{spec.function} for n = {n} on {size} ranks" + (
+            " (in what was left of the exercise's time)" if timeout < limit else "")
         try:
             outcome = judge.case(headers, timeout, label, payloads(spec.pattern, given),
                                  None if buffer is None else buffer.dtype.name)
@@ -232,15 +240,32 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> st
     return f"{spec.function}: correct on {size} ranks for {checks.described(spec.phase)}"
 
 
+def _left(timeout: float, ends: float | None, spec: Spec, size: int, n: int | None = None
+          ) -> float:
+    """A case's (or the loading's) time limit: ``timeout``, or what is left of the
+    exercise's until ``ends`` when that is less; a :class:`Failure` when nothing is."""
+    if ends is None:
+        return timeout
+    left = min(timeout, ends - time.monotonic())
+    if left <= 0:
+        before = "the loading of its code" if n is None else f"n = {n}"
+        raise Failure(f"{spec.function} used up the exercise's "
+                      f"{timeout * len(checks.cases(spec.phase)):.0f} s (its cases' time "
+                      f"limits, {timeout:.0f} s each, on all its numbers of ranks together) "
+                      f"before {before} on {size} ranks")
+    return left
+
+
 def _pattern(spec: Spec, n: int, size: int, dtype: str, outcome, deadline: float,
              timeout: float) -> str | None:
     if spec.pattern != "one_allreduce":
         if any(outcome.allreduces):
-            return (f"your {spec.function} called allreduce.allreduce for n = {n}: the exercise "
-                    f"is to write it yourself; it must {PATTERNS[spec.pattern].does}")
+            return (f"your {spec.function} called allreduce.allreduce for n = {n} on {size} "
+                    f"ranks: the exercise is to write it yourself; it must "
+                    f"{PATTERNS[spec.pattern].does}")
         if any(outcome.collectives):
-            return (f"your {spec.function} used a collective of comm (allgather) for n = {n}; "
-                    f"it must {PATTERNS[spec.pattern].does}")
+            return (f"your {spec.function} used a collective of comm (allgather) for n = {n} on "
+                    f"{size} ranks; it must {PATTERNS[spec.pattern].does}")
     if spec.pattern == "one_allreduce":
         if any(outcome.collectives):
             return (f"your {spec.function} used comm's allgather; it must "
@@ -249,8 +274,8 @@ def _pattern(spec: Spec, n: int, size: int, dtype: str, outcome, deadline: float
         # the data beside it (the judge adds up what the allreduce carries, and a decoy
         # allreduce of zeros would hide data that went rank to rank)
         if any(event.kind in ("send", "recv") for mine in outcome.events for event in mine):
-            return (f"your {spec.function} sent messages of its own for n = {n}; it must "
-                    f"{PATTERNS[spec.pattern].does}")
+            return (f"your {spec.function} sent messages of its own for n = {n} on {size} ranks; "
+                    f"it must {PATTERNS[spec.pattern].does}")
     try:
         return pattern_problem(spec.function, spec.pattern, n, size, outcome.events,
                                [len(a) for a in outcome.allreduces], outcome.allreduces,
@@ -302,7 +327,8 @@ def _alike(values, wanted: np.ndarray) -> bool:
                             atol=0.0))
 
 
-def _local(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> str:
+def _local(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
+           ends: float | None = None) -> str:
     check = LOCAL_CHECKS[spec.check]
     cases = check.graded_cases(np.random.default_rng(seed))
     outcome = judge.case([({"op": "case", "cases": cases, "given": check.given()}, [])],
@@ -359,7 +385,8 @@ def _replayed_training(sums: list[np.ndarray], per_step: list[int]) -> np.ndarra
     return flat_weights(model)
 
 
-def _overlap(judge: Judge, spec: Spec, timeout: float, seed: int, size: int) -> str:
+def _overlap(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
+             ends: float | None = None) -> str:
     weights, per_step = _reference_training(OVERLAP_STEPS)
     outcome = judge.case([({"op": "case", "steps": OVERLAP_STEPS, "size": RANKS}, [])] * RANKS,
                          timeout, f"training with your {spec.function}")
