@@ -230,10 +230,11 @@ class Case:
             dtype, count, data = self.sends[key].popleft()
             request, want_dtype, want_count = self.recvs[key].popleft()
             if (dtype, count) != (want_dtype, want_count):
+                same_bytes = (count * np.dtype(dtype).itemsize
+                              == want_count * np.dtype(want_dtype).itemsize)
                 differ = "on the chunk" if dtype == want_dtype else (
                     "on the dtype (make every array of the buffer's dtype)"
-                    if count * np.dtype(dtype).itemsize == want_count * np.dtype(want_dtype).itemsize
-                    else "on the chunk and the dtype")
+                    if count == want_count or same_bytes else "on the chunk and the dtype")
                 raise Failure(
                     f"rank {source} sent {_elements(count, dtype)} to rank {dest}, which posted "
                     f"a receive for {_elements(want_count, want_dtype)}: sender and receiver "
