@@ -157,8 +157,8 @@ class Judge:
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout
-        late = (f"{what} did not finish within {timeout:.{0 if timeout >= 1 else 1}f} s: an endless loop, or a rank "
-                "computing for too long?")
+        late = (f"{what} did not finish within {timeout:.{0 if timeout >= 1 else 1}f} s: an "
+                "endless loop, or a rank computing for too long?")
         try:
             while True:
                 for rank, header, blobs in self.frames(deadline, late):
@@ -169,8 +169,10 @@ class Judge:
                         deadline = time.monotonic() + ERROR_GRACE
                         break  # read on, with the shorter deadline
         except Failure as failure:
-            if state.errors:
-                raise Failure(state.errors[min(state.errors)]) from None
+            if state.errors:  # the lowest failed rank's reason (a refused request: which case)
+                lowest = min(state.errors)
+                why = state.errors[lowest]
+                raise Failure(f"{what}: {why}" if lowest in state.refused else why) from None
             if what in str(failure):
                 raise
             raise Failure(f"{what}: {failure}") from None  # which case: the size it failed at

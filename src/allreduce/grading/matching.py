@@ -29,6 +29,11 @@ _REDUCE = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum,
            "prod": np.multiply}
 
 
+class _Refused(Exception):
+    """A request of one rank's that the judge refuses (a peer outside the ranks, a malformed
+    frame): that rank fails, as if it had raised."""
+
+
 class Failure(Exception):
     """The case failed; the message is for the student."""
 
@@ -117,6 +122,7 @@ class Case:
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
         self.requests = [0] * size  # frames each rank sent in this case
         self.errors: dict[int, str] = {}  # rank: why it failed (the lowest one is reported)
+        self.refused: set[int] = set()  # the ranks among them whose request the judge refused
 
     # -- one frame
     def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
@@ -125,17 +131,21 @@ class Case:
         if self.requests[rank] > MAX_EVENTS:
             raise Failure(f"rank {rank} made more than {MAX_EVENTS} requests (sends, receives, "
                           "waits, collectives) in one case")
+        if self.state[rank] == ("error",):
+            return  # what a failed rank sends next: the case fails with the lowest one's
         if self.state[rank] is not None:
             raise Failure(f"rank {rank} spoke out of turn ({clean(op, 40)})")
         if op == "error":
             where = f" ({clean(header['where'], 120)})" if header.get("where") else ""
-            self.errors[rank] = clean(header.get("message")) + where
-            self.state[rank] = ("error",)
-            if None not in self.state:  # every rank has failed, returned or is waiting
-                raise Failure(self.errors[min(self.errors)])
+            self._fail(rank, clean(header.get("message")) + where)
             return
         if op in ("isend", "irecv"):
-            self._post(rank, op, header, blobs)
+            try:
+                self._post(rank, op, header, blobs)
+            except _Refused as refused:  # this rank's own doing, as an error it raised:
+                self.refused.add(rank)  # the lowest such rank is reported
+                self._fail(rank, str(refused))
+                return
         elif op == "wait":
             self.state[rank] = ("wait", header.get("ids"))
         elif op in ("barrier", "allgather", "allreduce"):
@@ -146,16 +156,25 @@ class Case:
             raise Failure(f"rank {rank} sent the grader an unknown request {clean(op, 40)!r}")
         self._progress()
 
+    def _fail(self, rank: int, why: str) -> None:
+        """``rank`` has failed: the case fails once no rank can go on, with the lowest
+        failed rank's reason, so that every grading of a submission names the same rank."""
+        self.errors[rank] = why
+        self.state[rank] = ("error",)
+        if None not in self.state:  # every rank has failed, returned or is waiting
+            raise Failure(self.errors[min(self.errors)])
+        self._progress()
+
     def _post(self, rank: int, op: str, header: dict, blobs: list[bytes]) -> None:
         peer, tag, count, dtype = (header.get(k) for k in ("peer", "tag", "count", "dtype"))
         request = header.get("id")
         if not (isinstance(peer, int) and 0 <= peer < self.judge.size):
-            raise Failure(f"rank {rank} addressed rank {clean(peer, 20)}, but the ranks are "
-                          f"0..{self.judge.size - 1}")
+            raise _Refused(f"rank {rank} addressed rank {clean(peer, 20)}, but the ranks are "
+                           f"0..{self.judge.size - 1}")
         if not isinstance(tag, int) or not isinstance(count, int) or count < 0 \
                 or dtype not in wire.DTYPES or not isinstance(request, int) \
                 or request in self.kinds[rank]:
-            raise Failure(f"rank {rank} sent the grader a malformed {op}")
+            raise _Refused(f"rank {rank} sent the grader a malformed {op}")
         nbytes = count * np.dtype(dtype).itemsize
         kind = "send" if op == "isend" else "recv"
         event = Event(kind, rank, peer, tag, count, nbytes, id=len(self.events[rank]))
