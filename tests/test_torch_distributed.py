@@ -21,6 +21,29 @@ def test_gloo_suite_under_torchrun(venv_bin, processes):
     assert_inner_suite_passed(torchrun(venv_bin, processes, *inner_pytest("torchdist")))
 
 
+SPLITS_AND_EXITS = """\
+import numpy as np, torch.distributed as dist, allreduce
+dist.init_process_group("gloo")
+for _ in range(30):  # the 2D ring's phases split the ranks into groups, and keep them
+    x = np.ones(0)
+    allreduce.reduce_scatter(x, dist.group.WORLD, algorithm="torus")
+    allreduce.allgather(x, dist.group.WORLD, algorithm="torus")
+dist.destroy_process_group()
+"""
+
+
+def test_a_script_that_split_groups_exits_cleanly(venv_bin, tmp_path):
+    """The groups the library keeps are let go before the interpreter's teardown: left to
+    it, gloo aborted the process (SIGABRT, "terminate called without an active exception")
+    in about half the runs of this script under torchrun (a correctness sweep's finding);
+    four runs, each must exit 0."""
+    script = tmp_path / "splits.py"
+    script.write_text(SPLITS_AND_EXITS)
+    for _ in range(4):
+        run = torchrun(venv_bin, 3, str(script))
+        assert run.returncode == 0 and "terminate called" not in run.stderr, run.stderr[-2000:]
+
+
 @pytest.mark.gpu
 def test_nccl_every_algorithm(venv_bin, root):
     torch = pytest.importorskip("torch")

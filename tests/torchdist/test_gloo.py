@@ -85,6 +85,23 @@ def test_numpy_arrays_of_negative_strides_over_gloo(world):
     assert_on_all_ranks(result is out and bool((out == want).all()), str(out))
 
 
+@pytest.mark.parametrize("make", [lambda: np.arange(1.0)[::-1],
+                                  lambda: np.arange(4.0).reshape(1, 4)[::-1]],
+                         ids=["one element", "one row"])
+def test_contiguous_numpy_arrays_of_a_negative_stride_over_gloo(world, make):
+    """numpy calls an array contiguous whatever the stride of an axis of length 1, and the
+    library took such an x (or out) without a copy, where torch.from_numpy refused it on
+    every rank (a correctness sweep's finding): it now goes over gloo as over MPI."""
+    x, out = make() * (dist.get_rank() + 1), make()
+    assert any(stride < 0 for stride in out.strides) and out.flags.c_contiguous
+    p = dist.get_world_size()
+    result = allreduce.allreduce(x, world, algorithm="ring")
+    into = allreduce.allreduce(x, world, algorithm="ring", out=out)
+    want = make() * (p * (p + 1) // 2)
+    assert_on_all_ranks(into is out and np.array_equal(result, want)
+                        and np.array_equal(out, want), f"{result} {out}")
+
+
 def test_mismatch_raises_on_every_rank(world):
     if dist.get_world_size() == 1:
         pytest.skip("a mismatch needs two ranks")
