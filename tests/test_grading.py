@@ -340,7 +340,7 @@ return [piece.reshape(g.shape) for piece, g in zip(pieces, grads)]"""
     ("50_ring_allreduce", "reduce_scatter", RING_INT64,
      r"for n = 1001 on 4 ranks.*\[in float32, after the int64 cases were right"),
     ("75_sparse", "sparse_reduce_scatter", SPARSE_INT64,
-     r"for n = 1001.*\[in float32, after the int64 cases were right.*values's"),
+     r"for n = 1001.*\[in float32, after the int64 cases were right.*than `values`"),
     ("10_data_parallel", "average_gradients", MEAN_OVER_4, "on 2 ranks: rank 0, gradient 0"),
 ], ids=["binomial without child < p", "recursive doubling of two rounds", "ring with % 4",
         "ring with an int64 scratch", "sparse ring in int64", "mean over 4"])
@@ -368,16 +368,40 @@ def test_the_float32_hint_is_given_only_where_the_dtype_can_be_why():
     assert "[in float32, after the int64 cases were right" in checks.in_dtype(
         wrong, "reduce_scatter", "float32")
     assert checks.in_dtype(wrong, "reduce_scatter", "int64") == wrong
-    assert "values's" in checks.in_dtype(wrong, "sparse_reduce_scatter", "float32")
+    assert "than `values`" in checks.in_dtype(wrong, "sparse_reduce_scatter", "float32")
     for other in ("x for n = 1001 on 8 ranks did not finish within 10 s: an endless loop",
-                  "deadlock: rank 0 waits for rank 1", "x raised on rank 0: MemoryError: no"):
+                  "deadlock: rank 0 waits for rank 1", "x raised on rank 0: MemoryError: no",
+                  "rank 3 ended without answering (killed: over its memory?)"):
         assert checks.in_dtype(other, "allreduce", "float32") == other
+
+
+def test_the_float32_case_runs_where_float32_holds_the_secrets_exactly():
+    """Up to 12 ranks the float32 case's sums are exact with at least 8 secret bits; from 13
+    (a lab's check cell on more engines) the check keeps its int64 cases and leaves it out,
+    where it raised on every engine (a review's finding); a wrong float that is no sum of
+    the inputs is shown as it is, not truncated to a bit set."""
+    from allreduce.lab import checks
+
+    for size in range(1, 13):
+        assert checks.cases("allreduce", size)[-1] == (1001, "float32")
+        given, expected = checks.inputs("allreduce", 7, size, np.random.default_rng(size),
+                                        "float32")
+        total = np.zeros(7, np.float32)
+        for mine in given:
+            total += mine["buf"]
+        assert np.array_equal(total, expected)  # every partial sum exact in float32
+    assert checks.cases("allreduce", 13)[-1] == (1001, "int64")
+    assert checks.described("allreduce", 13) == "n = 1, 3, 4, 7, 12, 1001"
+    expected = np.full(4, 15, np.int64)
+    wrong = checks.judge("allreduce", "f", 4, 0, 4, {"buf": np.full(4, 3.75, np.float32)},
+                         expected)
+    assert wrong.endswith("got 3.75"), wrong
 
 
 STALLS_OFF_FOUR = """\
 import time
 if comm.size != 4:
-    time.sleep(0.8)  # just short of each case's limit, in every case off four ranks"""
+    time.sleep(0.5)  # short of each case's limit, in every case off four ranks"""
 
 
 @needs_sandbox
@@ -388,7 +412,10 @@ def test_an_exercise_s_runs_together_get_one_run_s_time(root):
     key = _lab(root, "50_ring_allreduce")
     started = time.monotonic()
     result = _graded(key, "reduce_scatter", STALLS_OFF_FOUR, stub=False, timeout=1.0)
-    assert result.score == 0 and "exercise's" in result.message, result.message
+    # each case alone is within its limit: without the budget, full marks (a loaded machine
+    # may still push one case past it, which fails the case instead)
+    assert result.score == 0 and ("exercise's" in result.message
+                                  or "did not finish" in result.message), result.message
     assert "on 4 ranks" not in result.message, result.message
     assert time.monotonic() - started < 7 + 5  # 7 cases of 1 s, and the sandboxes' start
 

@@ -92,8 +92,10 @@ def test_contiguous_numpy_arrays_of_a_negative_stride_over_gloo(world, make):
     """numpy calls an array contiguous whatever the stride of an axis of length 1, and the
     library took such an x (or out) without a copy, where torch.from_numpy refused it on
     every rank (a correctness sweep's finding): it now goes over gloo as over MPI."""
-    x, out = make() * (dist.get_rank() + 1), make()
-    assert any(stride < 0 for stride in out.strides) and out.flags.c_contiguous
+    x, out = make(), make()
+    x *= dist.get_rank() + 1  # in place: x keeps its stride
+    assert all(any(stride < 0 for stride in a.strides) and a.flags.c_contiguous
+               for a in (x, out))
     p = dist.get_world_size()
     result = allreduce.allreduce(x, world, algorithm="ring")
     into = allreduce.allreduce(x, world, algorithm="ring", out=out)

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..lab import CHECK_COUNTS
+from ..lab import checks
 from . import report, similarity
 from .batch import Interrupted, grade, never_stops, read_notebook
-from .run import Result
+from .run import RANKS, Result
 from .judge import clean
 from .notebooks import exercises, nbformat, specs, write_student_copies
 from .sandbox import Limits, probe
@@ -283,10 +283,12 @@ def _no_cgroup() -> str | None:
 
 
 def _limits(timeout: float) -> Limits:
-    """A rank's CPU seconds: every case of an exercise may take ``timeout`` of wall time in
-    the one process (and its start one more), so an honest rank busy all along stays under
-    it; each case's own deadline, not this, stops a rank that loops."""
-    return Limits(cpu=max(Limits().cpu, int((len(CHECK_COUNTS) + 1) * timeout) + 1))
+    """A rank's CPU seconds: every case of a run may take ``timeout`` of wall time in the
+    one process (its start one more; a run has at most as many cases as one on the labs'
+    four ranks), so an honest rank busy all along stays under it; each case's own deadline,
+    not this, stops a rank that loops."""
+    most = len(checks.cases("allreduce", RANKS))  # the float32 case included
+    return Limits(cpu=max(Limits().cpu, int((most + 1) * timeout) + 1))
 
 
 def _self(args, parser) -> int:

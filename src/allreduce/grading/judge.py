@@ -17,12 +17,17 @@ from collections import deque
 from . import wire
 from .matching import Case, Failure, Outcome, clean
 
-__all__ = ["STOP", "Failure", "Judge", "Outcome", "clean"]
+__all__ = ["STOP", "Failure", "Judge", "Outcome", "clean", "seconds"]
 
 STOP = threading.Event()  # set on Ctrl-C: every judge gives up within a second
 TICK = 0.2  # seconds between looks at STOP while no rank speaks
 MAX_UNREAD = 64 << 20  # bytes of replies a rank has not read, before it fails
 ERROR_GRACE = 2.0  # seconds the other ranks get to fail too, once one rank has failed
+
+
+def seconds(value: float) -> str:
+    """A time limit for a message: whole seconds, or two digits below ten ("0.37")."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
 
 
 class Judge:
@@ -130,7 +135,7 @@ class Judge:
         deadline = time.monotonic() + timeout
         try:
             for rank, reply, _ in self.frames(deadline, f"loading your code took longer than "
-                                                        f"{timeout:.0f} s"):
+                                                        f"{seconds(timeout)} s"):
                 if reply.get("op") == "error":
                     errors[rank] = clean(reply.get("message"))
                 elif reply.get("warning"):
@@ -157,8 +162,8 @@ class Judge:
         for rank, (header, blobs) in enumerate(headers):
             self.send(rank, header, blobs)
         deadline = time.monotonic() + timeout
-        late = (f"{what} did not finish within {timeout:.{0 if timeout >= 1 else 1}f} s: an "
-                "endless loop, or a rank computing for too long?")
+        late = (f"{what} did not finish within {seconds(timeout)} s: an endless loop, or a "
+                "rank computing for too long?")
         try:
             while True:
                 for rank, header, blobs in self.frames(deadline, late):

@@ -177,12 +177,12 @@ class Case:
             raise _Refused(f"rank {rank} sent the grader a malformed {op}")
         nbytes = count * np.dtype(dtype).itemsize
         kind = "send" if op == "isend" else "recv"
+        if kind == "send" and (len(blobs) != 1 or len(blobs[0]) != nbytes):
+            raise _Refused(f"rank {rank} sent the grader a malformed isend")
         event = Event(kind, rank, peer, tag, count, nbytes, id=len(self.events[rank]))
         self.events[rank].append(event)
         self.kinds[rank][request] = (kind, event.id)
         if kind == "send":
-            if len(blobs) != 1 or len(blobs[0]) != nbytes:
-                raise Failure(f"rank {rank} sent the grader a malformed isend")
             if count and self.expected is not None:
                 self._compare(rank, peer, dtype, blobs[0])
             key = (rank, peer, tag)
@@ -252,7 +252,7 @@ class Case:
                 same_bytes = (count * np.dtype(dtype).itemsize
                               == want_count * np.dtype(want_dtype).itemsize)
                 differ = "on the chunk" if dtype == want_dtype else (
-                    "on the dtype (make every array of the buffer's dtype)"
+                    "on the dtype (they must use the same one)"
                     if count == want_count or same_bytes else "on the chunk and the dtype")
                 raise Failure(
                     f"rank {source} sent {_elements(count, dtype)} to rank {dest}, which posted "

@@ -29,7 +29,7 @@ from ..lab import LOCAL_CHECKS, checks
 from ..lab.overlap import SubmitLog
 from ..lab.patterns import PATTERNS, pattern_problem, payloads
 from . import confine, wire
-from .judge import STOP, Failure, Judge, clean
+from .judge import STOP, Failure, Judge, clean, seconds
 from .notebooks import Spec
 from .sandbox import DEFAULT_LIMITS, Limits, Sandbox
 
@@ -66,23 +66,30 @@ def run_exercise(spec: Spec, code: Code, *, timeout: float = 60, sandboxed: bool
                  limits: Limits = DEFAULT_LIMITS) -> Result:
     """Grade one exercise: on each of its numbers of ranks (:func:`rank_counts`) in turn,
     each on fresh sandboxes; the first failure is the result.  ``timeout`` is each case's;
-    an algorithm's runs together get as long as its cases on one run could take (seven
-    times it), so that a submission that stalls just short of it in every case holds the
-    grader no longer than when one run was all."""
+    an algorithm's runs together get :func:`exercise_seconds`, what its cases on one run
+    could take, so that a submission that stalls just short of ``timeout`` in every case
+    holds the grader no longer than when one run was all."""
     started = time.monotonic()
-    lines, warning = [], ""
-    ends = started + timeout * len(checks.cases(spec.phase)) if spec.kind == "ranks" else None
+    budget_ends = started + exercise_seconds(spec, timeout) if spec.kind == "ranks" else None
+    first, warning = "", ""
     for size in rank_counts(spec):
-        score, line, said = _sitting(spec, code, size, timeout, sandboxed, limits, ends)
+        score, line, said = _graded_on(size, spec, code, timeout, sandboxed, limits,
+                                       budget_ends)
         warning = warning or said  # the same solution cells: the first run's word is theirs
         if not score:
             return Result(0.0, line, time.monotonic() - started, warning)
-        lines.append(line)
-    if len(lines) > 1:
-        sizes = [str(size) for size in rank_counts(spec)]
-        lines = [lines[0] + f"; and on {', '.join(sizes[1:-1]) + ' and ' * (len(sizes) > 2)}"
-                 f"{sizes[-1]} ranks"]
-    return Result(1.0, lines[0], time.monotonic() - started, warning)
+        first = first or line
+    if others := [str(size) for size in rank_counts(spec)[1:]]:  # "3", "3 and 5", "2, 3 and 8"
+        listed = others[0] if len(others) == 1 else f"{', '.join(others[:-1])} and {others[-1]}"
+        first += f"; and on {listed} ranks"
+    return Result(1.0, first, time.monotonic() - started, warning)
+
+
+def exercise_seconds(spec: Spec, timeout: float) -> float:
+    """The most time an algorithm exercise's runs take together: ``timeout`` for each of its
+    cases on the labs' four ranks (seven; six for the gradients' mean, which has no float32
+    case)."""
+    return timeout * len(checks.cases(spec.phase, RANKS))
 
 
 def rank_counts(spec: Spec) -> tuple[int, ...]:
@@ -96,8 +103,8 @@ def rank_counts(spec: Spec) -> tuple[int, ...]:
     return (RANKS,)
 
 
-def _sitting(spec: Spec, code: Code, size: int, timeout: float, sandboxed: bool,
-             limits: Limits, ends: float | None = None) -> tuple[float, str, str]:
+def _graded_on(size: int, spec: Spec, code: Code, timeout: float, sandboxed: bool,
+               limits: Limits, budget_ends: float | None = None) -> tuple[float, str, str]:
     """One exercise on ``size`` ranks: ``(score, the passing line or why not, warning)``.
     More than :data:`RANKS` ranks share what four would have of memory, so that a run on
     eight costs the machine no more than one on four (``--jobs`` runs side by side)."""
@@ -127,8 +134,8 @@ def _sitting(spec: Spec, code: Code, size: int, timeout: float, sandboxed: bool,
                                "check": spec.check, "setup": code.setup,
                                "stubs": list(code.stubs), "solution": list(code.solution),
                                "cells": list(code.cells)},
-                              _left(timeout, ends, spec, size)) or ""
-        line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code), size, ends)
+                              _time_left(timeout, budget_ends, spec, size)) or ""
+        line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code), size, budget_ends)
         judge.bye()
         return 1.0, line, warning
     except Failure as failure:
@@ -194,12 +201,11 @@ def _seed(spec: Spec, code: Code) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
-           ends: float | None = None) -> str:
+def _ranks(judge: Judge, spec: Spec, case_limit: float, seed: int, size: int,
+           budget_ends: float | None = None) -> str:
     rng = np.random.default_rng([seed, size])
-    limit = timeout
-    for n, dtype in checks.cases(spec.phase):
-        timeout = _left(limit, ends, spec, size, n)
+    for n, dtype in checks.cases(spec.phase, size):
+        timeout = _time_left(case_limit, budget_ends, spec, size, n)
         given, expected = checks.inputs(spec.phase, n, size, rng, dtype)
         headers = []
         for rank in range(size):
@@ -209,7 +215,7 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
         buffer = given[0].get("buf")
         label = f"{spec.function} for n = {n} on {size} ranks" + (
-            " (in what was left of the exercise's time)" if timeout < limit else "")
+            " (in what was left of the exercise's time)" if timeout < case_limit else "")
         try:
             outcome = judge.case(headers, timeout, label, payloads(spec.pattern, given),
                                  None if buffer is None else buffer.dtype.name)
@@ -226,8 +232,8 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
                     spec.phase, spec.function, n, rank, size, got, expected), spec.phase, dtype))
             except Exception as error:  # noqa: BLE001 - a result made by hand, not by run()
                 problems.append(f"{spec.function} left something the check cannot read on "
-                                f"rank {rank} for n = {n} ({type(error).__name__}: "
-                                f"{clean(error, 100)})")
+                                f"rank {rank} for n = {n} on {size} ranks "
+                                f"({type(error).__name__}: {clean(error, 100)})")
         if problem := next((p for p in problems if p), None):
             raise Failure(problem)
         if problem := _pattern(spec, n, size, dtype, outcome, deadline, timeout):
@@ -237,22 +243,22 @@ def _ranks(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
         if outcome.content:  # right values, right pattern, and the data not through comm
             raise Failure(checks.in_dtype(f"{spec.function} for n = {n} on {size} ranks: "
                                           f"{outcome.content}", spec.phase, dtype))
-    return f"{spec.function}: correct on {size} ranks for {checks.described(spec.phase)}"
+    return f"{spec.function}: correct on {size} ranks for {checks.described(spec.phase, size)}"
 
 
-def _left(timeout: float, ends: float | None, spec: Spec, size: int, n: int | None = None
-          ) -> float:
+def _time_left(timeout: float, budget_ends: float | None, spec: Spec, size: int,
+               n: int | None = None) -> float:
     """A case's (or the loading's) time limit: ``timeout``, or what is left of the
-    exercise's until ``ends`` when that is less; a :class:`Failure` when nothing is."""
-    if ends is None:
+    exercise's until ``budget_ends`` when that is less; a :class:`Failure` when nothing is."""
+    if budget_ends is None:
         return timeout
-    left = min(timeout, ends - time.monotonic())
+    left = min(timeout, budget_ends - time.monotonic())
     if left <= 0:
         before = "the loading of its code" if n is None else f"n = {n}"
         raise Failure(f"{spec.function} used up the exercise's "
-                      f"{timeout * len(checks.cases(spec.phase)):.0f} s (its cases' time "
-                      f"limits, {timeout:.0f} s each, on all its numbers of ranks together) "
-                      f"before {before} on {size} ranks")
+                      f"{exercise_seconds(spec, timeout):.0f} s (its cases' time limits, "
+                      f"{timeout:g} s each, on all its numbers of ranks together) before "
+                      f"{before} on {size} ranks")
     return left
 
 
@@ -285,7 +291,8 @@ def _pattern(spec: Spec, n: int, size: int, dtype: str, outcome, deadline: float
         if STOP.is_set():
             raise Failure("grading was interrupted") from None
         events = sum(len(e) for e in outcome.events)
-        raise Failure(f"{spec.function} for n = {n} did not finish within {timeout:.0f} s "
+        raise Failure(f"{spec.function} for n = {n} on {size} ranks did not finish within "
+                      f"{seconds(timeout)} s "
                       f"(checking the pattern of its {events} sends, receives and waits took "
                       "the rest of the case's time)") from None
 
@@ -328,7 +335,7 @@ def _alike(values, wanted: np.ndarray) -> bool:
 
 
 def _local(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
-           ends: float | None = None) -> str:
+           budget_ends: float | None = None) -> str:
     check = LOCAL_CHECKS[spec.check]
     cases = check.graded_cases(np.random.default_rng(seed))
     outcome = judge.case([({"op": "case", "cases": cases, "given": check.given()}, [])],
@@ -386,7 +393,7 @@ def _replayed_training(sums: list[np.ndarray], per_step: list[int]) -> np.ndarra
 
 
 def _overlap(judge: Judge, spec: Spec, timeout: float, seed: int, size: int,
-             ends: float | None = None) -> str:
+             budget_ends: float | None = None) -> str:
     weights, per_step = _reference_training(OVERLAP_STEPS)
     outcome = judge.case([({"op": "case", "steps": OVERLAP_STEPS, "size": RANKS}, [])] * RANKS,
                          timeout, f"training with your {spec.function}")

@@ -49,6 +49,8 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
     ``average_gradients`` are float64 whatever it says); ``expected`` is exact, in int64
     (float64 for the gradients' means)."""
     bits = _secret_bits(size, dtype)
+    if not bits:
+        raise ValueError(f"{size} ranks leave {dtype} too few bits for a check's secrets")
     if phase == "sparse_reduce_scatter":  # the supports fix the pattern; the values are secret
         supports = sparse_supports(n, size)
         values = [rng.integers(1, 1 << bits, len(s)).astype(dtype) for s in supports]
@@ -77,44 +79,50 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
     return [{"buf": m.astype(dtype)} for m in mine], expected
 
 
-def cases(phase: str, counts=CHECK_COUNTS) -> list[tuple[int, str]]:
-    """A check's cases, ``(n, dtype)``: every count in :data:`CHECK_DTYPE`, then the
-    largest in :data:`OTHER_DTYPE` (not for ``average_gradients``, whose gradients are
-    float64 in every case)."""
+def cases(phase: str, size: int, counts=CHECK_COUNTS) -> list[tuple[int, str]]:
+    """A check's cases on ``size`` ranks, ``(n, dtype)``: every count in
+    :data:`CHECK_DTYPE`, then the largest in :data:`OTHER_DTYPE` where its significand
+    leaves room for the secrets (up to 12 ranks), not for ``average_gradients`` (whose
+    gradients are float64 in every case)."""
     counts = list(counts)
-    other = [(max(counts), OTHER_DTYPE)] if counts and phase != "average_gradients" else []
+    other = [(max(counts), OTHER_DTYPE)] if counts and phase != "average_gradients" \
+        and _secret_bits(size, OTHER_DTYPE) else []
     return [(n, CHECK_DTYPE) for n in counts] + other
 
 
-def described(phase: str, counts=CHECK_COUNTS) -> str:
+def described(phase: str, size: int, counts=CHECK_COUNTS) -> str:
     """The cases of :func:`cases` in a check's passing line."""
-    listed = cases(phase, counts)
+    listed = cases(phase, size, counts)
     line = "n = " + ", ".join(str(n) for n, dtype in listed if dtype == CHECK_DTYPE)
     others = [n for n, dtype in listed if dtype != CHECK_DTYPE]
     return line + (f", and {OTHER_DTYPE} for n = {others[0]}" if others else "")
 
 
+#: Failures that say what went wrong other than a dtype: :func:`in_dtype` adds no hint.
+NOT_THE_DTYPE = ("did not finish", "deadlock", "MemoryError", "ended without answering",
+                 "interrupted", "made more than", "did not read", "were sent and not received",
+                 "used up the exercise")
+
+
 def in_dtype(problem: str | None, phase: str, dtype: str) -> str | None:
     """``problem`` of a case in :data:`OTHER_DTYPE`, saying so: the same function was right
-    on the cases before, so what differs is the dtype."""
-    if not problem or dtype == CHECK_DTYPE or any(
-            word in problem for word in ("did not finish", "deadlock", "MemoryError")):
-        return problem  # nothing says the dtype did that
-    arrays = "values" if phase == "sparse_reduce_scatter" else "buf"
+    on the cases before, so what differs is the dtype (unless the problem says otherwise)."""
+    if not problem or dtype == CHECK_DTYPE or any(word in problem for word in NOT_THE_DTYPE):
+        return problem
+    arrays = "`values`" if phase == "sparse_reduce_scatter" else "`buf`"
     return (f"{problem} [in {dtype}, after the {CHECK_DTYPE} cases were right: does it make "
-            f"arrays of another dtype than {arrays}'s?]")
+            f"arrays of another dtype than {arrays}?]")
 
 
 def _secret_bits(size: int, dtype: str) -> int:
     """How many secret bits each element can carry on ``size`` ranks so that any sum of the
     ranks' values (the rank bits below them included) is exact in ``dtype``: 20 in int64, in
-    float32 what its 24-bit significand leaves (17 on 4 ranks, 12 on 8)."""
+    float32 what its 24-bit significand leaves (17 on 4 ranks, 12 on 8); 0 where that is
+    fewer than 8 (13 ranks and more), too few to keep a rank's data secret."""
     if np.dtype(dtype).kind != "f":
         return 20
     bits = min(20, np.finfo(dtype).nmant + 1 - size - size.bit_length())
-    if bits < 8:
-        raise ValueError(f"{size} ranks leave {dtype} too few bits for a check's secrets")
-    return bits
+    return bits if bits >= 8 else 0
 
 
 def run(phase: str, function, comm, given: dict) -> dict:
@@ -147,22 +155,23 @@ def run(phase: str, function, comm, given: dict) -> dict:
 def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: int) -> str | None:
     lo, hi = chunk_bounds(n, size, chunk)
     if getattr(buf, "shape", None) != expected.shape:
-        return f"{name}: rank {rank}'s buffer has shape {getattr(buf, 'shape', None)}, expected {expected.shape}"
+        return (f"{name}: rank {rank}'s buffer has shape {getattr(buf, 'shape', None)} for "
+                f"n = {n} on {size} ranks, expected {expected.shape}")
     bad = np.flatnonzero(buf[lo:hi] != expected[lo:hi])
     if not len(bad):
         return None
     i = lo + int(bad[0])
-    if not np.isfinite(buf[i]):
-        return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
-                f"(elements {lo}..{hi - 1}), element {i}: expected the data of "
-                f"{_ranks(int(expected[i]), size)}, got {buf[i]}")
-    got = int(buf[i])
+    where = (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
+             f"(elements {lo}..{hi - 1}), element {i}: expected the data of "
+             f"{_ranks(int(expected[i]), size)}, got")
+    value = buf[i]
+    if not np.isfinite(value) or value != np.round(value):  # no sum of the inputs: no bits
+        return f"{where} {value}"
+    got = int(value)
     what = _ranks(got, size)
     if got & ((1 << size) - 1) == int(expected[i]) & ((1 << size) - 1):
         what += " (but not their data: was it computed without receiving it?)"
-    return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
-            f"(elements {lo}..{hi - 1}), element {i}: expected the data of "
-            f"{_ranks(int(expected[i]), size)}, got {what} (value {got})")
+    return f"{where} {what} (value {got})"
 
 
 def _all_chunks_wrong(name, n, rank, size, buf, expected) -> str | None:
@@ -199,7 +208,8 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
         except (TypeError, ValueError):
             right = False
         if not right:
-            return (f"{name} returned {returned} on rank {rank} for n = {n}; it should return "
+            return (f"{name} returned {returned} on rank {rank} for n = {n} on {size} ranks; "
+                    f"it should return "
                     f"the bounds of chunk {rank}, {bounds}")
         return _first_wrong(name, n, rank, size, buf, expected, rank)
     if phase == "reduce_to_root" and rank:
@@ -210,7 +220,8 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
 def _sparse_chunk_wrong(name, n, rank, size, got, expected) -> str | None:
     lo, hi = chunk_bounds(n, size, rank)
     if "indices" not in got:
-        return (f"{name} returned {got.get('returned')} on rank {rank} for n = {n}; it should "
+        return (f"{name} returned {got.get('returned')} on rank {rank} for n = {n} on {size} "
+                f"ranks; it should "
                 f"return the pair (indices, values) of chunk {rank}, elements {lo}..{hi - 1}")
     indices, values = (np.asarray(got.get(k)) for k in ("indices", "values"))
     want = np.flatnonzero(expected[lo:hi]) + lo  # every value is positive: no sum is zero

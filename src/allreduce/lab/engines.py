@@ -74,7 +74,7 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
     world = MPI.COMM_WORLD
     rank, size = world.rank, world.size
     problems: list[tuple[int, int, str]] = []
-    for n, dtype in cases(phase, counts):
+    for n, dtype in cases(phase, size, counts):
         private = world.Dup()  # the student's messages cannot meet anyone else's
         given, expected = inputs(phase, n, size, np.random.default_rng(n), dtype)
         guard = Guard(name, allow_allreduce=pattern == "one_allreduce")
@@ -85,8 +85,9 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
             problem = guard.violation or in_dtype(
                 judge(phase, name, n, rank, size, got, expected), phase, dtype)
         except Exception as error:  # noqa: BLE001 - reported: the other ranks must get here too
-            problem = guard.violation or (f"{name} raised on rank {rank} for n = {n}: "
-                                          f"{type(error).__name__}: {error}")
+            problem = guard.violation or in_dtype(
+                f"{name} raised on rank {rank} for n = {n} on {size} ranks: "
+                f"{type(error).__name__}: {error}", phase, dtype)
         private.Free()
         if not world.allreduce(bool(problem), op=MPI.LOR):
             problem = in_dtype(pattern_problem(name, pattern, n, size,
@@ -137,4 +138,4 @@ def check(view, function: str, phase: str, *, pattern: str | None = None,
         found.sort(key=lambda p: (p[0], "TimeoutError" in p[2], p[1]))
         more = f"  ({len(found) - 1} more on other ranks)" if len(found) > 1 else ""
         raise AssertionError(found[0][2] + more)
-    print(f"{function}: correct on {len(view)} ranks for {described(phase, counts)}")
+    print(f"{function}: correct on {len(view)} ranks for {described(phase, len(view), counts)}")

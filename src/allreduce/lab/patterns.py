@@ -271,12 +271,12 @@ def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduc
         for rank, calls in enumerate(allreduce_calls):
             if calls != 1:
                 return (f"your {name} called allreduce.allreduce {calls} times on rank {rank} "
-                        f"for n = {n}; it must {PATTERNS[pattern].does}")
+                        f"for n = {n} on {size} ranks; it must {PATTERNS[pattern].does}")
         total = 6 * n  # three gradients of n, 2n and 3n elements
         for rank, counts in enumerate(allreduce_counts or []):
             if counts and counts != [total]:
                 return (f"your {name} reduced {counts[0]} elements in its allreduce on rank "
-                        f"{rank} for n = {n}, not all {total} elements of the gradients; it must "
-                        f"{PATTERNS[pattern].does}")
+                        f"{rank} for n = {n} on {size} ranks, not all {total} elements of the "
+                        f"gradients; it must {PATTERNS[pattern].does}")
         return None
     return compare(name, pattern, Trace(list(events), itemsize=8, give_up=give_up), n, dtype)

@@ -108,8 +108,9 @@ class TorchCommunicator(Communicator):
                     "the nccl backend moves CUDA tensors; got a numpy array "
                     "(move it to the GPU with torch.from_numpy(x).cuda())"
                 )
-            if any(stride < 0 for stride in array.strides):  # on an axis of length 1 (or
-                # 0): numpy calls the array contiguous whatever that stride, torch refuses it
+            if array.flags.c_contiguous and any(stride < 0 for stride in array.strides):
+                # on an axis of length 1: numpy calls the array contiguous whatever that
+                # stride, torch refuses it (a reversed view of more is left to torch to refuse)
                 array = np.lib.stride_tricks.as_strided(array, strides=_c_strides(array))
             return torch.from_numpy(array)
         if array.is_cuda != self.uses_cuda:
