@@ -104,6 +104,16 @@ def test_contiguous_numpy_arrays_of_a_negative_stride_over_gloo(world, make):
                         and np.array_equal(out, want), f"{result} {out}")
 
 
+def test_the_transport_still_refuses_a_reversed_view_of_several_elements(world):
+    """Only a contiguous array gets its strides rewritten: a reversed view of several
+    elements (which the library copies before it reaches the transport) is refused by torch
+    if handed to it directly, never read as a forward view past its buffer."""
+    from allreduce.transports import as_communicator
+
+    with pytest.raises(ValueError, match="negative"):
+        as_communicator(world).native(np.arange(4.0)[::-1])
+
+
 def test_mismatch_raises_on_every_rank(world):
     if dist.get_world_size() == 1:
         pytest.skip("a mismatch needs two ranks")
