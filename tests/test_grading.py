@@ -98,6 +98,19 @@ def test_every_lab_states_its_checks(root, name):
     for s in specs:
         assert s.kind in ("ranks", "local", "overlap")
         assert s.kind != "ranks" or s.pattern, s  # every algorithm exercise has a pattern
+    # the text before an algorithm's check cell names the other rank counts the grader runs
+    # it on (Pattern.ranks) and, where it takes a buffer, the float32 case
+    for index, cell in enumerate(nb.cells):
+        role = grading.role(cell)
+        if role is None or role[1] != "check":
+            continue
+        spec = next(s for s in specs if s.exercise == role[0])
+        text = nb.cells[index - 1].source
+        if spec.kind != "ranks" or not text.startswith("**Check.**"):
+            continue  # (a second check cell of an exercise has the first one's text)
+        others = [str(r) for r in PATTERNS[spec.pattern].ranks[1:]]
+        assert f"on {' and '.join(others)} ranks" in text, (spec.exercise, text)
+        assert ("float32" in text) == (spec.phase != "average_gradients"), (spec.exercise, text)
 
 
 def test_a_run_gets_only_its_exercise_and_the_labs_imports(key):
