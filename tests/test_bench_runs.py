@@ -4,6 +4,9 @@ beside it, so one run's luck neither meets nor misses it."""
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from allreduce.bench import runs
 
@@ -33,4 +36,16 @@ def test_the_command_reads_json_files(tmp_path, capsys):
     assert runs.main(paths) == 0
     out = capsys.readouterr().out
     assert "3 runs" in out and "`ring` ≥ 1.2× `MPI_Allreduce` at 64 MiB: 2.22× [2.00–2.50], met" in out
-    assert runs.main([]) == 2
+
+
+@pytest.mark.parametrize("argv, code, says", [
+    ([], 2, "required: RUN.json"), (["--help"], 0, "usage: python -m allreduce.bench.runs"),
+    (["missing.json"], 2, "cannot read the runs: .*missing.json")])
+def test_the_command_says_how_to_call_it(argv, code, says, tmp_path, monkeypatch, capsys):
+    """``--help`` was read as a file's name, and a missing file ended in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        runs.main(argv)
+    assert ended.value.code == code
+    said = capsys.readouterr()
+    assert re.search(says, said.out + said.err)

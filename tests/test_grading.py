@@ -210,13 +210,53 @@ class _Quiet:
 
 
 def test_a_wait_for_malformed_request_ids_fails_that_case_only():
-    """`{"op": "wait", "ids": [[1]]}` made the judge raise TypeError (unhashable list)."""
+    """`{"op": "wait", "ids": [[1]]}` made the judge raise TypeError (unhashable list).  The
+    case fails once no rank can go on, with that rank's reason."""
     from allreduce.grading.matching import Case, Failure
 
-    for ids in ([[1]], [{"a": 1}], [1.5], "1", [None]):
+    for ids in ([[1]], [{"a": 1}], [1.5], "1", [None], [7]):
         case = Case(_Quiet(2))
+        case.handle(0, {"op": "wait", "ids": ids}, [])
         with pytest.raises(Failure, match="rank 0 waited for a request it never made"):
-            case.handle(0, {"op": "wait", "ids": ids}, [])
+            case.handle(1, {"op": "result"}, [])
+
+
+@pytest.mark.parametrize("frame, says", [
+    ({"op": "wait", "ids": [3]}, "rank 1 waited for a request it never made"),
+    ({"op": "gossip"}, "rank 1 sent the grader an unknown request 'gossip'"),
+    ({"op": "isend", "id": 1, "peer": 9, "tag": 0, "dtype": "uint8", "count": 0},
+     "rank 1 addressed rank 9, but the ranks are 0..3"),
+    ("out of turn", r"rank 1 spoke out of turn \(barrier\)"),
+    ("lost", "rank 1's process ended"),
+])
+def test_a_refused_request_names_the_lowest_rank_whichever_came_first(frame, says):
+    """Ranks 3 and 1 break the protocol the same way, 3 first: the case names rank 1, as it
+    would had 1 come first (these named whichever rank's frame came first)."""
+    from allreduce.grading.matching import Case, Failure
+
+    case = Case(_Quiet(4))
+    for rank in (3, 1):
+        if frame == "out of turn":  # a second frame while it waits in a barrier
+            case.handle(rank, {"op": "barrier"}, [])
+            case.handle(rank, {"op": "barrier"}, [])
+        elif frame == "lost":  # what the judge gives for a process that ended
+            case.lose(rank, f"rank {rank}'s process ended without answering")
+        else:
+            case.handle(rank, frame, [])
+    case.handle(0, {"op": "result"}, [])
+    with pytest.raises(Failure, match=says):
+        case.handle(2, {"op": "result"}, [])
+
+
+def test_a_malformed_allreduce_names_its_rank():
+    from allreduce.grading.matching import Case, Failure
+
+    case = Case(_Quiet(3))
+    header = {"op": "allreduce", "dtype": "int64", "count": 2, "reduce": "sum"}
+    for rank in (0, 1):
+        case.handle(rank, header, [bytes(16)])  # two int64
+    with pytest.raises(Failure, match="rank 2 sent the grader a malformed allreduce"):
+        case.handle(2, header, [bytes(15)])
 
 
 def _message(case, rank, op, request, peer, nbytes):
@@ -889,7 +929,7 @@ def test_hostile_submissions_on_the_ring_lab(root, venv_bin, tmp_path, key, home
          "sent .*; it must pass chunks around the ring")
     # malformed frames from the grader's own objects: that exercise scores 0, the rest runs
     assert scores("r_waits_for_malformed_ids") == ("0", "2")
-    says("r_waits_for_malformed_ids", "rank [0-3] waited for a request it never made")
+    says("r_waits_for_malformed_ids", "rank 0 waited for a request it never made")
     assert scores("s_sends_a_deep_header") == ("0", "2")
     says("s_sends_a_deep_header", "broke the grader's protocol: a malformed header")
     # the library's algorithms are not in a run: not importable, not on disk, not in memory

@@ -230,6 +230,23 @@ def test_the_lowest_failing_rank_is_named_every_time(root, tmp_path, key):
         assert "raised on rank 1 for n = 1 on 4 ranks: ValueError: rank 1 gives up" in message, message
 
 
+def test_the_lowest_rank_whose_process_ended_is_named(root, tmp_path, key):
+    """Ranks 3 and then 1 end their processes, 0 and 2 wait for them: rank 1 is named (the
+    judge named whichever rank's socket closed first)."""
+    mine = nbformat.from_dict(key)
+    for cell in mine.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source = _body(cell.source, 'import os, time\n'
+                                             'if comm.rank in (1, 3):\n'
+                                             '    time.sleep(0.5 if comm.rank == 1 else 0)\n'
+                                             '    os._exit(3)')
+    nbformat.write(mine, tmp_path / "bob.ipynb")
+    (graded,) = grading.grade(root / RING, [tmp_path / "bob.ipynb"], sandboxed=False,
+                              progress=lambda *a, **k: None)
+    message = graded.results["reduce_scatter"].message
+    assert "rank 1's process ended without answering" in message, message
+
+
 class _Quiet:
     def __init__(self, size):
         self.size = size

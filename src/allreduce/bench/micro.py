@@ -87,10 +87,16 @@ def in_band(comm, sizes=(1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20),
     return found
 
 
-def main() -> None:
-    import sys
+def main(argv: list[str] | None = None) -> None:
+    import argparse
 
-    if "--in-band" in sys.argv:
+    parser = argparse.ArgumentParser(prog="python -m allreduce.bench.micro",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--in-band", action="store_true",
+                        help="the in-band check against a header round first, on the ranks "
+                             "of mpiexec -n 4 python -m mpi4py -m allreduce.bench.micro "
+                             "(default: the two forms of a reduction, in one process)")
+    if parser.parse_args(argv).in_band:
         from mpi4py import MPI
 
         rows = in_band(MPI.COMM_WORLD)

@@ -9,6 +9,7 @@ spread beside it says by how much.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -65,12 +66,18 @@ def report(runs: list[list[dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = sys.argv[1:] if argv is None else argv
-    if not paths:
-        print("usage: python -m allreduce.bench.runs RUN.json [RUN.json ...] "
-              "(files from allreduce-bench --json)", file=sys.stderr)
-        return 2
-    print(report(load(paths)))
+    parser = argparse.ArgumentParser(
+        prog="python -m allreduce.bench.runs",
+        description="The dense performance targets over several benchmark runs: each ratio "
+                    "to MPI_Allreduce as the median [lowest-highest] over the runs.")
+    parser.add_argument("runs", nargs="+", metavar="RUN.json",
+                        help="a file that allreduce-bench --json wrote (one per run)")
+    paths = parser.parse_args(sys.argv[1:] if argv is None else argv).runs
+    try:
+        runs = load(paths)
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot read the runs: {error}")
+    print(report(runs))
     return 0
 
 

@@ -113,8 +113,8 @@ def read_notebook(path: Path):
         if not stat.S_ISREG(info.st_mode):
             return Result(0.0, "not a readable notebook: not a regular file")
         if info.st_size > MAX_NOTEBOOK_BYTES:
-            return Result(0.0, f"not a readable notebook: {info.st_size >> 20} MB, more than "
-                               f"the {MAX_NOTEBOOK_BYTES >> 20} MB read")
+            return Result(0.0, f"not a readable notebook: {info.st_size >> 20} MiB, more than "
+                               f"the {MAX_NOTEBOOK_BYTES >> 20} MiB read")
         data = file.read(MAX_NOTEBOOK_BYTES + 1)
     if _containers(data) > MAX_CONTAINERS:
         return Result(0.0, f"not a readable notebook: more than {MAX_CONTAINERS:,} JSON objects "

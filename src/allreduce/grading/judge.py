@@ -19,6 +19,9 @@ from .matching import Case, Failure, Outcome, clean
 
 __all__ = ["STOP", "Failure", "Judge", "Outcome", "clean", "seconds"]
 
+#: What :meth:`Judge.frames` gives in place of a header once a rank is lost (its process
+#: ended, or it sent what is no frame); the reason comes as its one blob
+LOST = object()
 STOP = threading.Event()  # set on Ctrl-C: every judge gives up within a second
 TICK = 0.2  # seconds between looks at STOP while no rank speaks
 MAX_UNREAD = 64 << 20  # bytes of replies a rank has not read, before it fails
@@ -116,27 +119,37 @@ class Judge:
             except OSError:
                 data = b""
             if not data:
-                self.selector.unregister(key.fileobj)
-                self.closed[rank] = True
-                raise Failure(f"rank {rank}'s process ended without answering: it was "
-                              "killed (over its memory, process or CPU-time limit?) or "
-                              "it exited")
+                self._lose(rank, f"rank {rank}'s process ended without answering: it was "
+                                 "killed (over its memory, process or CPU-time limit?) or "
+                                 "it exited")
+                continue
             try:
                 self.readers[rank].ready.extend(self.readers[rank].feed(data))
             except wire.WireError as error:
-                raise Failure(f"rank {rank} broke the grader's protocol: {error}") from None
+                self._lose(rank, f"rank {rank} broke the grader's protocol: {error}")
 
-    def setup(self, header: dict, timeout: float) -> str | None:
+    def _lose(self, rank: int, why: str) -> None:
+        """Stop reading ``rank``: after what it sent whole, :func:`frames` gives ``LOST`` and
+        why, and the caller fails that rank as if it had raised (the lowest failed rank is
+        reported, the same every run, whichever rank's process went first)."""
+        self.selector.unregister(self.sockets[rank])
+        self.closed[rank] = True
+        self.readers[rank].ready.append((LOST, [why]))
+
+    def setup(self, header: dict, timeout: float, note: str = "") -> str | None:
         """Send every rank the code to load; return the first warning.  An error is raised
-        once every rank has answered, as the lowest failing rank's (the same every run)."""
+        once every rank has answered, as the lowest failing rank's (the same every run);
+        ``note`` follows the time limit in the message when loading takes longer."""
         for rank in range(self.size):
             self.send(rank, header)
         answered, errors, warning = set(), {}, None
         deadline = time.monotonic() + timeout
         try:
-            for rank, reply, _ in self.frames(deadline, f"loading your code took longer than "
-                                                        f"{seconds(timeout)} s"):
-                if reply.get("op") == "error":
+            for rank, reply, blobs in self.frames(deadline, f"loading your code took longer "
+                                                            f"than {seconds(timeout)} s{note}"):
+                if reply is LOST:
+                    errors[rank] = blobs[0]
+                elif reply.get("op") == "error":
                     errors[rank] = clean(reply.get("message"))
                 elif reply.get("warning"):
                     warning = warning or clean(reply["warning"])
@@ -167,7 +180,10 @@ class Judge:
         try:
             while True:
                 for rank, header, blobs in self.frames(deadline, late):
-                    state.handle(rank, header, blobs)
+                    if header is LOST:
+                        state.lose(rank, blobs[0])
+                    else:
+                        state.handle(rank, header, blobs)
                     if state.finished():
                         return state.outcome()
                     if state.errors and deadline - time.monotonic() > ERROR_GRACE:

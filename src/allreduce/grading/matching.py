@@ -133,28 +133,42 @@ class Case:
                           "waits, collectives) in one case")
         if self.state[rank] == ("error",):
             return  # what a failed rank sends next: the case fails with the lowest one's
-        if self.state[rank] is not None:
-            raise Failure(f"rank {rank} spoke out of turn ({clean(op, 40)})")
         if op == "error":
             where = f" ({clean(header['where'], 120)})" if header.get("where") else ""
             self._fail(rank, clean(header.get("message")) + where)
             return
+        try:
+            self._take(rank, op, header, blobs)
+        except _Refused as refused:  # this rank's own doing, as an error it raised:
+            self.refused.add(rank)  # the lowest such rank is reported
+            self._fail(rank, str(refused))
+            return
+        self._progress()
+
+    def _take(self, rank: int, op, header: dict, blobs: list[bytes]) -> None:
+        """Record one request of a running rank's; :class:`_Refused` if the judge will not."""
+        if self.state[rank] is not None:
+            raise _Refused(f"rank {rank} spoke out of turn ({clean(op, 40)})")
         if op in ("isend", "irecv"):
-            try:
-                self._post(rank, op, header, blobs)
-            except _Refused as refused:  # this rank's own doing, as an error it raised:
-                self.refused.add(rank)  # the lowest such rank is reported
-                self._fail(rank, str(refused))
-                return
+            self._post(rank, op, header, blobs)
         elif op == "wait":
-            self.state[rank] = ("wait", header.get("ids"))
+            ids = header.get("ids")
+            if not isinstance(ids, list) or not all(
+                    type(i) is int and i in self.kinds[rank] for i in ids):
+                raise _Refused(f"rank {rank} waited for a request it never made")
+            self.state[rank] = ("wait", ids)
         elif op in ("barrier", "allgather", "allreduce"):
             self.state[rank] = (op, header, blobs)
         elif op == "result":
             self.state[rank] = ("done", header, blobs)
         else:
-            raise Failure(f"rank {rank} sent the grader an unknown request {clean(op, 40)!r}")
-        self._progress()
+            raise _Refused(f"rank {rank} sent the grader an unknown request {clean(op, 40)!r}")
+
+    def lose(self, rank: int, why: str) -> None:
+        """``rank`` is gone (its process ended, or its frames broke the protocol): it has
+        failed, whatever it was doing."""
+        if self.state[rank] != ("error",):
+            self._fail(rank, why)
 
     def _fail(self, rank: int, why: str) -> None:
         """``rank`` has failed: the case fails once no rank can go on, with the lowest
@@ -276,10 +290,9 @@ class Case:
         if None not in self.state and not self.finished():
             raise Failure(self.errors[min(self.errors)] if self.errors else self._deadlock())
 
-    def _try_wait(self, rank: int, ids) -> bool:
-        if not isinstance(ids, list) or not all(
-                type(i) is int and i in self.kinds[rank] for i in ids):
-            raise Failure(f"rank {rank} waited for a request it never made")
+    def _try_wait(self, rank: int, ids: list[int]) -> bool:
+        """Finish ``rank``'s wait if every receive in it has arrived (``ids`` were checked
+        when the wait came, and only this wait can retire them)."""
         receives = [i for i in ids if self.kinds[rank][i][0] == "recv"]
         if not all(i in self.arrived[rank] for i in receives):
             return False
@@ -324,9 +337,9 @@ class Case:
             raise Failure(f"the allreduce.allreduce calls of this case summed more than "
                           f"{MAX_SUMS >> 20} MiB, more than the grader keeps for a check")
         arrays = []
-        for b in blobs:
+        for rank, b in enumerate(blobs):
             if len(b) != 1 or len(b[0]) != count * np.dtype(dtype).itemsize:
-                raise Failure("a rank sent the grader a malformed allreduce")
+                raise Failure(f"rank {rank} sent the grader a malformed allreduce")
             arrays.append(np.frombuffer(b[0], dtype=dtype))
         if not self.sums:
             self.contributions = arrays

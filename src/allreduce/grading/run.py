@@ -129,12 +129,13 @@ def _graded_on(size: int, spec: Spec, code: Code, timeout: float, sandboxed: boo
     judge = Judge([ours for ours, _ in pairs])
     warning = ""
     try:
+        loading = _time_left(timeout, budget_ends, spec, size)
         warning = judge.setup({"op": "setup", "function": spec.function, "kind": spec.kind,
                                "phase": spec.phase, "pattern": spec.pattern,
                                "check": spec.check, "setup": code.setup,
                                "stubs": list(code.stubs), "solution": list(code.solution),
                                "cells": list(code.cells)},
-                              _time_left(timeout, budget_ends, spec, size)) or ""
+                              loading, _LEFT if loading < timeout else "") or ""
         line = _VERDICTS[spec.kind](judge, spec, timeout, _seed(spec, code), size, budget_ends)
         judge.bye()
         return 1.0, line, warning
@@ -215,7 +216,7 @@ def _ranks(judge: Judge, spec: Spec, case_limit: float, seed: int, size: int,
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
         buffer = given[0].get("buf")
         label = f"{spec.function} for n = {n} on {size} ranks" + (
-            " (in what was left of the exercise's time)" if timeout < case_limit else "")
+            _LEFT if timeout < case_limit else "")
         try:
             outcome = judge.case(headers, timeout, label, payloads(spec.pattern, given),
                                  None if buffer is None else buffer.dtype.name)
@@ -244,6 +245,9 @@ def _ranks(judge: Judge, spec: Spec, case_limit: float, seed: int, size: int,
             raise Failure(checks.in_dtype(f"{spec.function} for n = {n} on {size} ranks: "
                                           f"{outcome.content}", spec.phase, dtype))
     return f"{spec.function}: correct on {size} ranks for {checks.described(spec.phase, size)}"
+
+
+_LEFT = " (in what was left of the exercise's time)"  # a limit cut short by the budget
 
 
 def _time_left(timeout: float, budget_ends: float | None, spec: Spec, size: int,

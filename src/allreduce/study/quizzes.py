@@ -92,13 +92,14 @@ def quizzes() -> list[Quiz]:
         "Allreduce can be written as two collectives, one after the other. In which way "
         "does the busiest rank move the fewest bytes, on 8 ranks?",
         lightest, choices=(*compositions, "all-gather, then reduce-scatter"),
-        explanation="Reduce-scatter then all-gather spreads the work: every rank moves "
-                    "$2\\frac{p-1}{p}n$ bytes, against $2(p-1)n$ through the root of a "
-                    "reduce then broadcast when every rank sends straight to the root "
-                    "($2\\lceil\\lg p\\rceil n$ along a binomial tree: less, but still more "
-                    "than reduce-scatter then all-gather). (An all-gather first would gather "
-                    "the unreduced vectors, $(p-1)n$ bytes to every rank: $p$ times the "
-                    "all-gather of the reduced chunks.)"))
+        explanation="Reduce-scatter then all-gather spreads the work: every rank sends "
+                    "$2\\frac{p-1}{p}n$ bytes and receives as many. In a reduce then "
+                    "broadcast where every rank sends straight to the root, the root receives "
+                    "$(p-1)n$ and sends $(p-1)n$ ($\\lceil\\lg p\\rceil n$ each way along "
+                    "a binomial tree: less, but still more than reduce-scatter then "
+                    "all-gather). (An all-gather first would gather the unreduced vectors, "
+                    "$(p-1)n$ bytes to every rank: $p$ times the all-gather of the reduced "
+                    "chunks.)"))
 
     # --- Algorithms ---------------------------------------------------------------------
     ring8 = cost.terms("ring", 8, 64e6)
