@@ -412,6 +412,61 @@ def test_a_solution_right_only_on_four_ranks_or_in_int64_scores_0(root, lab, exe
     assert honest.message.endswith(f"; and on {counts} ranks"), honest.message
 
 
+ZERO2_DDP = """\
+flat_grads.copy_(allreduce.allreduce(flat_grads, comm))
+flat_weights -= lr * flat_grads
+return"""
+
+ZERO2_GATHERS_GRADIENTS = """\
+allreduce.reduce_scatter(flat_grads, comm)
+allreduce.allgather(flat_grads, comm)
+flat_weights -= lr * flat_grads
+return"""
+
+ZERO2_NO_ALLGATHER = """\
+lo, hi = allreduce.reduce_scatter(flat_grads, comm)
+flat_weights[lo:hi] -= lr * flat_grads[lo:hi]
+return"""
+
+ZERO2_OWN_RING = """\
+p, r, n = comm.size, comm.rank, len(flat_grads)
+g, w = flat_grads.numpy(), flat_weights.numpy()
+incoming = np.empty(-(-n // p), dtype=g.dtype)
+for s in range(p - 1):
+    send_lo, send_hi = chunk_bounds(n, p, (r - s - 1) % p)
+    recv_lo, recv_hi = chunk_bounds(n, p, (r - s - 2) % p)
+    comm.sendrecv(g[send_lo:send_hi], (r + 1) % p, incoming[: recv_hi - recv_lo], (r - 1) % p)
+    g[recv_lo:recv_hi] += incoming[: recv_hi - recv_lo]
+lo, hi = chunk_bounds(n, p, r)
+w[lo:hi] -= lr * g[lo:hi]
+for s in range(p - 1):
+    send_lo, send_hi = chunk_bounds(n, p, (r - s) % p)
+    recv_lo, recv_hi = chunk_bounds(n, p, (r - s - 1) % p)
+    comm.sendrecv(w[send_lo:send_hi], (r + 1) % p, w[recv_lo:recv_hi], (r - 1) % p)
+return"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("code, wanted", [
+    (None, None), (ZERO2_OWN_RING, None),
+    (ZERO2_DDP, "called allreduce.allreduce for n = 1 on 4 ranks: it must call "
+                "allreduce.reduce_scatter on the gradients once"),
+    (ZERO2_GATHERS_GRADIENTS, "rank 0's message 1 to rank 1 did not hold the data"),
+    (ZERO2_NO_ALLGATHER, r"rank 1, chunk 0 .* \(not updated: did the all-gather"),
+], ids=["the key", "its own ring, the same messages", "DDP's allreduce",
+        "an all-gather of the gradients", "no all-gather"])
+def test_the_zero2_step_is_graded_on_what_its_phases_carry(root, code, wanted):
+    """Lab 65's ZeRO-2 step (ungraded until 2026-11-27): a graded run's reduce_scatter and
+    allgather are the ring's, whose messages the judge compares with the library's ring
+    reduce-scatter of the gradients and all-gather of the updated weights."""
+    result = _graded(_lab(root, "65_beyond_ring"), "zero2_step", code, stub=code is not None)
+    if wanted is None:
+        assert result.score == 1 and result.message.endswith("; and on 3 and 5 ranks"), \
+            result.message
+    else:
+        assert result.score == 0 and re.search(wanted, result.message), result.message
+
+
 def test_the_float32_hint_is_given_only_where_the_dtype_can_be_why():
     """The float32 case's failures say that the int64 cases passed, but not a time-out, a
     deadlock or a MemoryError, which the dtype did not cause (a hostile round's finding)."""

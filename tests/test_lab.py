@@ -124,6 +124,45 @@ def int64_scratch(buf, comm, op):  # the lab's ring, but its scratch always int6
 """
 
 
+# Lab 65's ZeRO-2 step, right and not: its check cell on the engines runs the library's
+# own reduce_scatter and allgather (the grader's runs route them through its judge)
+ZERO2 = """
+import allreduce
+import torch  # as the lab's first cell: the check gives torch tensors
+
+def zero2_right(w, g, comm, lr):
+    lo, hi = allreduce.reduce_scatter(g, comm)
+    w[lo:hi] -= lr * g[lo:hi]
+    allreduce.allgather(w, comm)
+
+def zero2_ddp(w, g, comm, lr):
+    g.copy_(allreduce.allreduce(g, comm))
+    w -= lr * g
+
+def zero2_no_allgather(w, g, comm, lr):
+    lo, hi = allreduce.reduce_scatter(g, comm)
+    w[lo:hi] -= lr * g[lo:hi]
+
+def zero2_twice(w, g, comm, lr):
+    zero2_right(w, g.clone(), comm, lr / 2)
+    zero2_right(w, g, comm, lr / 2)
+"""
+
+
+def test_a_zero2_check_cell_takes_the_library_s_phases_and_nothing_else():
+    with lab.cluster(n=4) as view:
+        view.execute(ZERO2)
+        lab.check(view, "zero2_right", "zero2_step", counts=(4, 7))
+        for function, says in [
+                ("zero2_ddp", "called the library's allreduce .*: of the library it may call "
+                              "allreduce.reduce_scatter and allreduce.allgather only"),
+                ("zero2_no_allgather", r"rank 0, chunk 1 .* \(not updated: did the all-gather "
+                                       r"bring it from its owner\?\)"),
+                ("zero2_twice", "called allreduce.reduce_scatter 2 times on rank 0")]:
+            with pytest.raises(AssertionError, match=says):
+                lab.check(view, function, "zero2_step", counts=(4, 7))
+
+
 def test_a_check_cell_catches_work_handed_to_mpi_or_the_library():
     with lab.cluster(n=4) as view:
         view.execute(HANDED_OFF)

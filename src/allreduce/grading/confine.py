@@ -45,6 +45,9 @@ _RANK = ("grading/__init__.py", "grading/confine.py", "grading/rank.py", "gradin
 _RANKS = ("grading/hub.py", "lab/checks.py", "lab/patterns.py", "lab/guard.py",
           "algorithms/_schedule.py", "comm.py", "ops.py", "arrays.py", "cost.py", "topology.py",
           "sparse/vector.py")
+#: A run on ranks of an exercise whose pattern is made of the library's phases (lab 65's
+#: ZeRO-2 step): the ring, which ``allreduce.reduce_scatter`` and ``allgather`` run there.
+_PATTERN_FILES = {"zero2": ("algorithms/ring.py",)}
 #: The capstone's overlap: training (without its own hooks: removed) and what it imports.
 _OVERLAP = ("grading/hub.py", "lab/overlap.py", "comm.py", "ops.py", "arrays.py",
             "training.py", "ddp_buckets.py", "transports/__init__.py")
@@ -59,6 +62,9 @@ STANDINS = ("allreduce", "allreduce.api", "allreduce.algorithms", "allreduce.spa
 #: What the stand-in ``allreduce`` offers: the helpers the labs import from it.
 GIVEN = {"chunk_bounds": "allreduce.algorithms._schedule", "Communicator": "allreduce.comm",
          "OPS": "allreduce.ops", "OP_NAMES": "allreduce.ops", "DTYPES": "allreduce.ops"}
+#: What it offers a run whose plan has the ring (``_PATTERN_FILES``): the library's two
+#: phases, as the ring over the judge's communicator (:mod:`allreduce.grading.hub`).
+PHASES_GIVEN = {"reduce_scatter": "allreduce.grading.hub", "allgather": "allreduce.grading.hub"}
 NO_MPI = ("mpi4py is not available when the grader runs your function: it runs without MPI, "
           "so communicate only through the comm your function is given")
 
@@ -82,11 +88,12 @@ class Plan:
         return tuple(names)
 
 
-def plan(kind: str, check: str = "") -> Plan:
-    """The plan of a run of ``kind`` (``"ranks"``, ``"overlap"``, ``"local"``, the last with
-    its ``check``'s name): outside the sandbox, with the whole library at hand."""
+def plan(kind: str, check: str = "", pattern: str = "") -> Plan:
+    """The plan of a run of ``kind`` (``"ranks"``, with its exercise's ``pattern``;
+    ``"overlap"``; ``"local"``, with its ``check``'s name): outside the sandbox, with the
+    whole library at hand."""
     if kind == "ranks":
-        return Plan(_RANK + _RANKS)
+        return Plan(_RANK + _RANKS + _PATTERN_FILES.get(pattern, ()))
     if kind == "overlap":
         return Plan(_RANK + _OVERLAP, ("allreduce.training.attach_hooks",))
     from ..lab.exercises import LOCAL_CHECKS
@@ -171,6 +178,8 @@ def install(modules, removed, function: str) -> None:
     def top(attribute: str):
         if GIVEN.get(attribute) in allowed:
             return getattr(importlib.import_module(GIVEN[attribute]), attribute)
+        if attribute in PHASES_GIVEN and "allreduce.algorithms.ring" in allowed:
+            return getattr(importlib.import_module(PHASES_GIVEN[attribute]), attribute)
         if f"allreduce.{attribute}" in sys.modules:
             return sys.modules[f"allreduce.{attribute}"]
         raise AttributeError(f"allreduce.{attribute}: {refused('it', function)}")

@@ -1,6 +1,8 @@
 """Inside the sandbox, a rank's side of the judge (:mod:`allreduce.grading.judge`): the
 communicator its function is given, whose every send and receive is a message to the
-judge, and ``allreduce.allreduce``, which the judge computes.  Nothing here is trusted."""
+judge, ``allreduce.allreduce``, which the judge computes, and ``allreduce.reduce_scatter``
+and ``allreduce.allgather`` for the exercise that uses them (lab 65's ZeRO-2 step).  Nothing
+here is trusted."""
 
 from __future__ import annotations
 
@@ -37,6 +39,43 @@ def judged_allreduce(owner):
         return out
 
     return allreduce
+
+
+def reduce_scatter(x, comm, op: str = "sum", *, algorithm: str = "ring", **layout):
+    """``allreduce.reduce_scatter`` in a graded run: the ring's, whose messages go through
+    the judge as the student's own would (the check compares them with the library's ring,
+    ``algorithm="ring"``, less its call check's header)."""
+    from ..algorithms import ring  # in the plan of the run that offers this (confine.plan)
+    from ..ops import OPS, finish
+
+    _ring_only("reduce_scatter", algorithm, layout)
+    buffer = comm.native(_flat("reduce_scatter", x))
+    lo, hi = ring.taught_reduce_scatter(buffer, comm, OPS[op])
+    finish(OPS[op], buffer[lo:hi], comm.size)
+    return lo, hi
+
+
+def allgather(x, comm, *, algorithm: str = "ring", **layout):
+    """``allreduce.allgather`` in a graded run: the ring's (see :func:`reduce_scatter`)."""
+    from ..algorithms import ring
+
+    _ring_only("allgather", algorithm, layout)
+    ring.allgather(comm.native(_flat("allgather", x)), comm)
+    return x
+
+
+def _flat(name: str, x):
+    from ..arrays import flat_view
+
+    if not (x.flags.c_contiguous if isinstance(x, np.ndarray) else x.is_contiguous()):
+        raise ValueError(f"allreduce.{name}: x must be contiguous (it works in place)")
+    return flat_view(x)
+
+
+def _ring_only(name: str, algorithm: str, layout: dict) -> None:
+    if algorithm != "ring" or any(value is not None for value in layout.values()):
+        raise ValueError(f"allreduce.{name}: a graded run has the ring's only (the default, "
+                         f"algorithm='ring'), not {algorithm!r} with {layout or 'no layout'}")
 
 
 class HubCommunicator(Communicator):

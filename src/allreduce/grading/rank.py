@@ -155,9 +155,10 @@ class Rank:
             return {"got": wire.encode({"weights": run.weights, "late": log.late}, out)}, out
         from ..lab import checks
         from ..lab.guard import Guard
+        from ..lab.patterns import ENTRY_POINTS
 
         given = {k: v.copy() for k, v in wire.decode(header["given"], blobs).items()}
-        guard = Guard(self.spec["function"], allow_allreduce=self.spec["pattern"] == "one_allreduce")
+        guard = Guard(self.spec["function"], allowed=ENTRY_POINTS.get(self.spec["pattern"], ()))
         with guard:
             got = checks.run(self.spec["phase"], function, checks.facade(comm, guard.trusted), given)
         return {"got": wire.encode(got, out), "violation": guard.violation}, out

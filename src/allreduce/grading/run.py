@@ -27,7 +27,7 @@ import numpy as np
 
 from ..lab import LOCAL_CHECKS, checks
 from ..lab.overlap import SubmitLog
-from ..lab.patterns import PATTERNS, pattern_problem, payloads
+from ..lab.patterns import ENTRY_POINTS, PATTERNS, pattern_problem, payloads
 from . import confine, wire
 from .judge import STOP, Failure, Judge, clean, seconds
 from .notebooks import Spec
@@ -112,7 +112,7 @@ def _graded_on(size: int, spec: Spec, code: Code, timeout: float, sandboxed: boo
         limits = dataclasses.replace(limits, memory=limits.memory * RANKS // size,
                                      data=limits.data * RANKS // size)
     pairs = [socket.socketpair() for _ in range(size)]
-    plan = confine.plan(spec.kind, spec.check)
+    plan = confine.plan(spec.kind, spec.check, spec.pattern)
     sandboxes = []
     try:
         for rank, (_, theirs) in enumerate(pairs):
@@ -214,7 +214,7 @@ def _ranks(judge: Judge, spec: Spec, case_limit: float, seed: int, size: int,
             headers.append(({"op": "case", "n": n, "size": size,
                              "given": wire.encode(given[rank], blobs)}, blobs))
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
-        buffer = given[0].get("buf")
+        buffer = given[0].get("buf", given[0].get("grads"))  # the messages' dtype
         label = f"{spec.function} for n = {n} on {size} ranks" + (
             _LEFT if timeout < case_limit else "")
         try:
@@ -270,9 +270,10 @@ def _pattern(spec: Spec, n: int, size: int, dtype: str, outcome, deadline: float
              timeout: float) -> str | None:
     if spec.pattern != "one_allreduce":
         if any(outcome.allreduces):
+            yourself = "" if spec.pattern in ENTRY_POINTS else " the exercise is to write it " \
+                                                                "yourself;"
             return (f"your {spec.function} called allreduce.allreduce for n = {n} on {size} "
-                    f"ranks: the exercise is to write it yourself; it must "
-                    f"{PATTERNS[spec.pattern].does}")
+                    f"ranks:{yourself} it must {PATTERNS[spec.pattern].does}")
         if any(outcome.collectives):
             return (f"your {spec.function} used a collective of comm (allgather) for n = {n} on "
                     f"{size} ranks; it must {PATTERNS[spec.pattern].does}")
@@ -287,8 +288,10 @@ def _pattern(spec: Spec, n: int, size: int, dtype: str, outcome, deadline: float
             return (f"your {spec.function} sent messages of its own for n = {n} on {size} ranks; "
                     f"it must {PATTERNS[spec.pattern].does}")
     try:
+        calls = [{"allreduce": len(a)} for a in outcome.allreduces] \
+            if spec.pattern == "one_allreduce" else None  # zero2's phases: their messages
         return pattern_problem(spec.function, spec.pattern, n, size, outcome.events,
-                               [len(a) for a in outcome.allreduces], outcome.allreduces,
+                               calls, outcome.allreduces,
                                give_up=lambda: STOP.is_set() or time.monotonic() > deadline,
                                dtype=dtype)
     except TimeoutError:

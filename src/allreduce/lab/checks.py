@@ -32,7 +32,11 @@ CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
 #: the bit sets exactly: float32 takes fewer secret bits (:func:`inputs`).
 CHECK_DTYPE, OTHER_DTYPE = "int64", "float32"
 PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients",
-          "sparse_reduce_scatter")
+          "sparse_reduce_scatter", "zero2_step")
+#: The learning rate of the ZeRO-2 step's check: 2, so that ``lr * sum`` and the weights
+#: less it stay exact even in float32 (even integers up to 2**25), and a step that leaves
+#: ``lr`` out is wrong.
+ZERO2_LR = 2.0
 
 
 def _ranks(bits: int, size: int) -> str:
@@ -59,6 +63,15 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
             expected[indices] += mine.astype(np.int64)
         return [{"indices": i, "values": v, "n": np.array([n])}
                 for i, v in zip(supports, values)], expected
+    if phase == "zero2_step":  # float gradients (the buffer's bit sets) and one set of weights
+        dtype = "float64" if dtype == CHECK_DTYPE else dtype
+        secret = rng.integers(0, 1 << bits, (size, n))
+        grads = [(1 << rank) + (secret[rank] << size) for rank in range(size)]
+        total = np.sum(grads, axis=0, dtype=np.int64)
+        weights = 2 * rng.integers(0, 1 << (bits + size), n)
+        return ([{"weights": weights.astype(dtype), "grads": g.astype(dtype),
+                  "lr": np.array([ZERO2_LR])} for g in grads],
+                {"weights": weights - int(ZERO2_LR) * total, "sum": total})
     if phase == "average_gradients":
         shapes = [(n,), (2, n), (n, 3, 1)]
         grads = [[rng.integers(-8, 9, shape).astype(np.float64) for shape in shapes]
@@ -109,8 +122,9 @@ def in_dtype(problem: str | None, phase: str, dtype: str) -> str | None:
     on the cases before, so what differs is the dtype (unless the problem says otherwise)."""
     if not problem or dtype == CHECK_DTYPE or any(word in problem for word in NOT_THE_DTYPE):
         return problem
-    arrays = "`values`" if phase == "sparse_reduce_scatter" else "`buf`"
-    return (f"{problem} [in {dtype}, after the {CHECK_DTYPE} cases were right: does it make "
+    arrays = {"sparse_reduce_scatter": "`values`", "zero2_step": "the weights"}.get(phase, "`buf`")
+    first = "float64" if phase == "zero2_step" else CHECK_DTYPE
+    return (f"{problem} [in {dtype}, after the {first} cases were right: does it make "
             f"arrays of another dtype than {arrays}?]")
 
 
@@ -132,6 +146,12 @@ def run(phase: str, function, comm, given: dict) -> dict:
     if phase == "average_gradients":
         grads = [given[f"g{i}"].copy() for i in range(len(given))]
         return {"result": function(grads, comm)}
+    if phase == "zero2_step":  # on flat torch tensors, as the lab's training gives them
+        import torch
+
+        weights, grads = (torch.from_numpy(given[k].copy()) for k in ("weights", "grads"))
+        function(weights, grads, comm, float(given["lr"][0]))
+        return {"weights": weights.numpy()}
     if phase == "sparse_reduce_scatter":
         result = function(given["indices"].copy(), given["values"].copy(), int(given["n"][0]),
                           comm)
@@ -200,6 +220,8 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
         return None
     if phase == "sparse_reduce_scatter":
         return _sparse_chunk_wrong(name, n, rank, size, got, expected)
+    if phase == "zero2_step":
+        return _zero2_wrong(name, n, rank, size, got.get("weights"), expected)
     buf = got.get("buf")
     if phase == "reduce_scatter":
         returned, bounds = got.get("returned"), chunk_bounds(n, size, rank)
@@ -215,6 +237,26 @@ def judge(phase: str, name: str, n: int, rank: int, size: int, got: dict, expect
     if phase == "reduce_to_root" and rank:
         return None  # only the root's result is defined
     return _all_chunks_wrong(name, n, rank, size, buf, expected)
+
+
+def _zero2_wrong(name, n, rank, size, weights, expected) -> str | None:
+    want = expected["weights"]
+    if getattr(weights, "shape", None) != want.shape:
+        return (f"{name}: rank {rank}'s weights have shape {getattr(weights, 'shape', None)} "
+                f"after the step for n = {n} on {size} ranks, expected {want.shape}")
+    bad = np.flatnonzero(weights != want)
+    if not len(bad):
+        return None
+    i = int(bad[0])
+    chunk = next(c for c in range(size) if chunk_bounds(n, size, c)[1] > i)
+    lo, hi = chunk_bounds(n, size, chunk)
+    before = want[i] + int(ZERO2_LR) * expected["sum"][i]
+    why = (" (not updated: did the all-gather bring it from its owner?)"
+           if weights[i] == before else "")
+    return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
+            f"(elements {lo}..{hi - 1}, rank {chunk}'s to update), element {i}: expected "
+            f"the weight less lr = {ZERO2_LR:g} times the sum of the ranks' gradients, "
+            f"{want[i]}, got {weights[i]}{why}")
 
 
 def _sparse_chunk_wrong(name, n, rank, size, got, expected) -> str | None:

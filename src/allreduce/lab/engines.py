@@ -18,7 +18,7 @@ import numpy as np
 from ..comm import Communicator
 from .checks import CHECK_COUNTS, PHASES, cases, described, facade, in_dtype, inputs, judge, run
 from .guard import Guard
-from .patterns import DEFAULT_PATTERN, PATTERNS, pattern_problem
+from .patterns import DEFAULT_PATTERN, ENTRY_POINTS, PATTERNS, pattern_problem
 
 
 def _mpi_communicator(world, patience: float) -> Communicator:
@@ -77,7 +77,7 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
     for n, dtype in cases(phase, size, counts):
         private = world.Dup()  # the student's messages cannot meet anyone else's
         given, expected = inputs(phase, n, size, np.random.default_rng(n), dtype)
-        guard = Guard(name, allow_allreduce=pattern == "one_allreduce")
+        guard = Guard(name, allowed=ENTRY_POINTS.get(pattern, ()))
         tracer = TracingCommunicator(_mpi_communicator(private, patience))
         try:
             with guard:
@@ -92,7 +92,7 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
         if not world.allreduce(bool(problem), op=MPI.LOR):
             problem = in_dtype(pattern_problem(name, pattern, n, size,
                                                world.allgather(tracer.events),
-                                               world.allgather(guard.allreduce_calls),
+                                               world.allgather(guard.calls),
                                                dtype=dtype), phase, dtype)
             problem = problem if rank == 0 else None
         if problem:

@@ -57,25 +57,35 @@ def _referenced(code, codes, files, folders) -> bool:
     return path in files or any(folder in path.parents for folder in folders)
 
 
+def _entry_code(name: str):
+    """The code of ``allreduce.<name>`` as this process has it (the library's, or in a
+    graded run the judge's or the ring's: :mod:`allreduce.grading.hub`)."""
+    for module in ("allreduce.api", "allreduce"):
+        code = getattr(getattr(sys.modules.get(module), name, None), "__code__", None)
+        if code is not None:
+            return code
+    return None
+
+
 class Guard:
     """Watch a call for work handed to the library or to mpi4py (``sys.setprofile``, on
     every thread the call starts too).  mpi4py's methods are Cython, which the profiler
     does not report: a function that uses MPI instead of ``comm`` is caught by its trace
     instead (it sent nothing through ``comm``), and the grader's ranks have no mpi4py.  Calls made by the checking communicator itself are
-    not watched: it marks them with :meth:`trusted`.  ``allow_allreduce`` lets the
-    function call ``allreduce.allreduce`` (the exercises that teach using it), and counts
-    the calls.  After the call, :attr:`violation` names the first forbidden call, if any."""
+    not watched: it marks them with :meth:`trusted`.  ``allowed`` names the library's entry
+    points (``allreduce.allreduce``, ``allreduce.reduce_scatter``, ...) the function may
+    call (the exercises that teach using them); :attr:`calls` counts each one's calls.
+    After the call, :attr:`violation` names the first forbidden call, if any."""
 
-    def __init__(self, name: str, *, allow_allreduce: bool = False, new_threads: bool = True,
+    def __init__(self, name: str, *, allowed: tuple[str, ...] = (), new_threads: bool = True,
                  references=None):
-        self.name, self.allow_allreduce, self.new_threads = name, allow_allreduce, new_threads
+        self.name, self.new_threads = name, new_threads
         self.violation: str | None = None
-        self.allreduce_calls = 0
+        self.calls = dict.fromkeys(allowed, 0)
         self._inside = threading.local()
         self._references = None if references is None else _resolve(references)
-        # the entry point whose calls are counted (a grader's run has its judge's instead)
-        entry = getattr(sys.modules.get("allreduce.api"), "allreduce", None)
-        self._allreduce_code = getattr(entry, "__code__", None)
+        # the entry points whose calls are counted (a grader's run has its own instead)
+        self._entries = {code: entry for entry in allowed if (code := _entry_code(entry))}
 
     def trusted(self):
         """A context in which calls are not watched (the checking communicator's own)."""
@@ -95,8 +105,8 @@ class Guard:
             return
         if event == "call":
             code = frame.f_code
-            if self.allow_allreduce and code is self._allreduce_code:
-                self.allreduce_calls += 1
+            if code in self._entries:
+                self.calls[self._entries[code]] += 1
                 self._inside.depth = getattr(self._inside, "depth", 0) + 1
                 self._inside.leave = frame
                 return
@@ -108,9 +118,11 @@ class Guard:
                                       "the exercise is to write it yourself")
             elif _forbidden(code.co_filename):
                 where = Path(code.co_filename).relative_to(_PACKAGE.parent)
+                may = " and ".join(f"allreduce.{entry}" for entry in self.calls)
                 self.violation = (f"your {self.name} called the library's {code.co_name} "
-                                  f"({where}): the exercise is to write it yourself with "
-                                  "comm's sends and receives")
+                                  f"({where}): " + (f"of the library it may call {may} only"
+                                                    if may else "the exercise is to write it "
+                                                    "yourself with comm's sends and receives"))
         elif event == "c_call":
             module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
             if module and module.startswith("mpi4py"):

@@ -79,12 +79,20 @@ PATTERNS: dict[str, Pattern] = {
         "half with a ring over the ranks of the same local rank on every node, then "
         "all-gather around your node's ring",
         ranks=(4, 6)),  # nodes of two; on 4 ranks the ring across has two, left = right
+    "zero2": Pattern(
+        "a ZeRO-2 step",
+        "call allreduce.reduce_scatter on the gradients once, update the weights of the chunk "
+        "it returns, then call allreduce.allgather on the weights once"),
 }
 
 #: The pattern each value check has unless the check cell names one.
 DEFAULT_PATTERN = {"reduce_scatter": "ring_reduce_scatter", "allgather": "ring_allgather",
                    "reduce_to_root": "binomial_reduce", "average_gradients": "one_allreduce",
-                   "sparse_reduce_scatter": "sparse_ring_reduce_scatter"}
+                   "sparse_reduce_scatter": "sparse_ring_reduce_scatter",
+                   "zero2_step": "zero2"}
+#: The library entry points a pattern is made of (the student's function calls them; the
+#: check counts the calls): ``allreduce.<name>`` for each.
+ENTRY_POINTS = {"one_allreduce": ("allreduce",), "zero2": ("reduce_scatter", "allgather")}
 
 
 def _reference_function(pattern: str):
@@ -99,6 +107,7 @@ def _reference_function(pattern: str):
     )
 
     return {
+        "zero2": _taught_zero2,
         "ring_reduce_scatter": lambda buf, comm, op: ring.taught_reduce_scatter(buf, comm, op),
         "ring_allgather": lambda buf, comm, op: ring.allgather(buf, comm),
         "binomial_reduce": lambda buf, comm, op: tree.binomial_reduce(buf, comm, op,
@@ -137,7 +146,11 @@ def reference(pattern: str, n: int, size: int, dtype: str = "int64"):
 
     def body(comm):
         tracer = TracingCommunicator(comm)
-        function(np.full(n, 1 << comm.rank, dtype=np.int64), tracer, OPS["sum"])
+        mine = np.full(n, 1 << comm.rank, dtype=np.int64)
+        if pattern == "zero2":
+            function(np.zeros(n), mine.astype(np.float64), tracer, 1.0)
+        else:
+            function(mine, tracer, OPS["sum"])
         return tracer.events
 
     return Trace(run_threads(size, body, timeout=30), itemsize=8)
@@ -182,10 +195,24 @@ def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list
 
         taught = lambda mine, tracer: taught_reduce_scatter(  # noqa: E731
             mine["indices"].copy(), mine["values"].copy(), int(mine["n"][0]), tracer)
+    elif pattern == "zero2":
+        taught = lambda mine, tracer: _taught_zero2(  # noqa: E731
+            mine["weights"].copy(), mine["grads"].copy(), tracer, float(mine["lr"][0]))
     else:
         taught = on_buffer(_reference_function(pattern))
     others = [on_buffer(other) for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
     return [sent_by(taught), *map(sent_by, others)]
+
+
+def _taught_zero2(weights, grads, comm, lr: float) -> None:
+    """Lab 65's ZeRO-2 step as the library's ring runs it (``allreduce.reduce_scatter`` and
+    ``allreduce.allgather``, less their call check's header)."""
+    from ..algorithms import ring
+    from ..ops import OPS
+
+    lo, hi = ring.taught_reduce_scatter(grads, comm, OPS["sum"])
+    weights[lo:hi] -= lr * grads[lo:hi]
+    ring.allgather(weights, comm)
 
 
 def _far_first_doubling(buf, comm, op) -> None:
@@ -259,19 +286,22 @@ def compare(name: str, pattern: str, trace, n: int, dtype: str = "int64") -> str
     return None
 
 
-def pattern_problem(name: str, pattern: str, n: int, size: int, events, allreduce_calls,
+def pattern_problem(name: str, pattern: str, n: int, size: int, events, calls=None,
                     allreduce_counts=None, give_up=None, dtype: str = "int64") -> str | None:
     """The pattern check for one case of ``n`` elements of ``dtype``, from every rank's
-    events (sends, receives, waits) and the number of ``allreduce.allreduce`` calls each rank
-    made (and, when known, how many elements each call reduced).  Linear in the events;
-    ``give_up`` as :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
+    events (sends, receives, waits) and, for a pattern made of the library's entry points
+    (:data:`ENTRY_POINTS`), how many times each rank called each (``calls``, a dict per
+    rank; the grader's runs, which route those calls' messages, give ``None`` for the
+    phases) and, when known, how many elements each allreduce reduced.  Linear in the
+    events; ``give_up`` as :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
     from ..trace import Trace
 
+    for rank, made in enumerate(calls or []):
+        for entry in ENTRY_POINTS.get(pattern, ()):
+            if made.get(entry) != 1:
+                return (f"your {name} called allreduce.{entry} {made.get(entry)} times on rank "
+                        f"{rank} for n = {n} on {size} ranks; it must {PATTERNS[pattern].does}")
     if pattern == "one_allreduce":
-        for rank, calls in enumerate(allreduce_calls):
-            if calls != 1:
-                return (f"your {name} called allreduce.allreduce {calls} times on rank {rank} "
-                        f"for n = {n} on {size} ranks; it must {PATTERNS[pattern].does}")
         total = 6 * n  # three gradients of n, 2n and 3n elements
         for rank, counts in enumerate(allreduce_counts or []):
             if counts and counts != [total]:
