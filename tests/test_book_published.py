@@ -221,11 +221,16 @@ def _launch_links(page: str) -> list[str]:
 
 def test_each_lab_page_launches_its_student_copy_in_jupyterlab(built_book):
     """The launch button of a lab page opens that lab, in JupyterLab, from the branch that
-    make publish fills with student copies; chapters have no launch button."""
+    make publish fills with student copies; chapters have no launch button; and while
+    repository.url is the placeholder no page has one (it would lead to no repository)."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     repository, branch = config["repository"]["url"], config["repository"]["branch"]
     org_repo = urlparse(repository).path.strip("/")
     assert branch == "student"
+    if repository == book.PLACEHOLDER_REPOSITORY:
+        for page in built_book.html.rglob("*.html"):
+            assert not _launch_links(page.read_text()), page
+        return
     for lab in LABS:
         page = (built_book.html / "labs" / f"{lab.stem}.html").read_text()
         links = [link.replace("&amp;", "&") for link in _launch_links(page)]
@@ -237,6 +242,23 @@ def test_each_lab_page_launches_its_student_copy_in_jupyterlab(built_book):
             assert query["urlpath"] == [f"lab/tree/labs/{lab.name}"], link
     for chapter in (built_book.html / "chapters").glob("*.html"):
         assert not _launch_links(chapter.read_text()), chapter.name
+
+
+@pytest.mark.parametrize("url, lab, kept", [
+    ("https://example.org/course", True, True), ("https://example.org/course", False, False),
+    (book.PLACEHOLDER_REPOSITORY, True, False)])
+def test_launch_buttons_stay_on_lab_pages_of_a_real_repository(monkeypatch, url, lab, kept):
+    """The hook behind the test above, for a course's own repository.url too (the built book
+    has the placeholder, whose pages have no launch button)."""
+    class App:
+        class config:  # noqa: N801 - as Sphinx names it
+            html_theme_options = {"repository_url": url}
+
+    monkeypatch.setattr(book, "_lab_notebook", lambda app, name: object() if lab else None)
+    buttons = [{"label": "launch-buttons"}, {"label": "download-buttons"}]
+    book._launch_on_labs_only(App(), "labs/50_ring_allreduce", "page.html",
+                              {"header_buttons": buttons}, None)
+    assert [b["label"] for b in buttons] == ["launch-buttons"] * kept + ["download-buttons"]
 
 
 def test_book_extension_refuses_a_stray_solution_marker():

@@ -124,6 +124,41 @@ def int64_scratch(buf, comm, op):  # the lab's ring, but its scratch always int6
 """
 
 
+# An all-gather that receives the wrong chunk (a newcomer's mistake): on n = 1 on 4 ranks it
+# receives one element where it posted room for none
+WRONG_CHUNK = """
+import numpy as np
+from mpi4py import MPI
+from allreduce import chunk_bounds
+from allreduce.lab import patient
+
+def allgather_off_by_two(buf, comm):
+    p, rank, n = comm.size, comm.rank, len(buf)
+    for s in range(p - 1):
+        send_lo, send_hi = chunk_bounds(n, p, (rank - s) % p)
+        recv_lo, recv_hi = chunk_bounds(n, p, (rank - s + 1) % p)
+        comm.sendrecv(buf[send_lo:send_hi], (rank + 1) % p, buf[recv_lo:recv_hi], (rank - 1) % p)
+"""
+
+
+def test_a_check_names_the_receive_a_longer_message_overflowed_and_a_lab_cell_does_not_hang():
+    """The check said only "a message was longer than its receive buffer"; and lab 50's
+    own cell that runs the student's ring (not a check) hung the engines for good."""
+    import ipyparallel as ipp
+
+    with lab.cluster(n=4) as view:
+        view.execute(WRONG_CHUNK, block=True)
+        with pytest.raises(AssertionError, match=r"rank \d posted a receive of 0 int64 "
+                           r"elements from rank \d, and rank \d sent a longer message"):
+            lab.check(view, "allgather_off_by_two", "allgather", counts=(1,))
+        started = time.monotonic()
+        with pytest.raises(ipp.error.CompositeError, match="a deadlock"):
+            view.execute("ring = patient(MPI.COMM_WORLD)\n"
+                         "ring.recv(np.empty(1), (ring.rank - 1) % ring.size)  # all receive",
+                         block=True)
+        assert time.monotonic() - started < 30
+
+
 # Lab 65's ZeRO-2 step, right and not: its check cell on the engines runs the library's
 # own reduce_scatter and allgather (the grader's runs route them through its judge)
 ZERO2 = """

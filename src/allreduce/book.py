@@ -14,7 +14,8 @@ download button.  This module is a Sphinx extension (``_config.yml`` names it in
   download button's target); the copies of the labs are overwritten with the student copies;
 * ``html-page-context``: the launch buttons (Binder, JupyterHub) stay on the lab pages only,
   where they open the lab's student copy in JupyterLab (``repository.branch`` in
-  ``_config.yml`` is the branch that :func:`publish` fills with the student copies); and
+  ``_config.yml`` is the branch that :func:`publish` fills with the student copies), once
+  ``repository.url`` is a course's own (none while it is the placeholder); and
   each inline script appears once (see :func:`_inline_scripts_once`).
 
 **Publishing** (``make publish``), as jupyter-book's docs describe it: ``ghp-import`` puts
@@ -91,8 +92,11 @@ def _source_read(app, docname: str, source: list[str]) -> None:
 
 
 def _launch_on_labs_only(app, pagename, templatename, context, doctree) -> None:
+    """No launch buttons but on the lab pages, and none at all while ``repository.url`` is
+    :data:`PLACEHOLDER_REPOSITORY`: they would open a repository that does not exist."""
     buttons = context.get("header_buttons")
-    if buttons and _lab_notebook(app, pagename) is None:
+    placeholder = app.config.html_theme_options.get("repository_url") == PLACEHOLDER_REPOSITORY
+    if buttons and (placeholder or _lab_notebook(app, pagename) is None):
         buttons[:] = [b for b in buttons if b.get("label") != "launch-buttons"]
 
 
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(remote).exists():  # a local path is a rehearsal; a real remote is not
             parser.error("_config.yml's repository.url is still the placeholder "
                          f"{PLACEHOLDER_REPOSITORY}: set it to the repository students "
-                         "will read, or the lab pages' launch links lead nowhere")
+                         "will read (until then the book has no launch buttons)")
         print(f"warning: repository.url is the placeholder {PLACEHOLDER_REPOSITORY}; "
               "publishing to a local path only", file=sys.stderr)
     if args.check:

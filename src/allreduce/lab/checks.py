@@ -44,7 +44,7 @@ def _ranks(bits: int, size: int) -> str:
     if bits == (1 << size) - 1:
         return f"all {size} ranks"
     names = [rank for rank in range(size) if bits >> rank & 1]
-    return ("ranks " + "+".join(map(str, names))) if names else "nothing"
+    return f"rank{'s' * (len(names) > 1)} " + "+".join(map(str, names)) if names else "nothing"
 
 
 def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str = CHECK_DTYPE):
@@ -187,11 +187,12 @@ def _first_wrong(name: str, n: int, rank: int, size: int, buf, expected, chunk: 
     value = buf[i]
     if not np.isfinite(value) or value != np.round(value):  # no sum of the inputs: no bits
         return f"{where} {value}"
-    got = int(value)
+    got = int(value)  # its low bits say whose data it holds (the rest is only theirs)
     what = _ranks(got, size)
+    what = what if what == "nothing" else f"the data of {what}"
     if got & ((1 << size) - 1) == int(expected[i]) & ((1 << size) - 1):
         what += " (but not their data: was it computed without receiving it?)"
-    return f"{where} {what} (value {got})"
+    return f"{where} {what}"
 
 
 def _all_chunks_wrong(name, n, rank, size, buf, expected) -> str | None:

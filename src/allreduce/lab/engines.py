@@ -21,10 +21,11 @@ from .guard import Guard
 from .patterns import DEFAULT_PATTERN, ENTRY_POINTS, PATTERNS, pattern_problem
 
 
-def _mpi_communicator(world, patience: float) -> Communicator:
-    """The library's MPI communicator, except that every wait gives up after ``patience``
-    seconds without completing: a student's deadlock becomes an error on every rank
-    instead of stuck engines."""
+def patient(world, patience: float = 5.0) -> Communicator:
+    """The library's communicator over the mpi4py communicator ``world``, except that every
+    wait gives up after ``patience`` seconds without completing: a student's deadlock
+    becomes an error on every rank that waits, instead of stuck engines (the check cells
+    run on it; so can a lab's own cell that calls the student's functions)."""
     from mpi4py import MPI
 
     from ..transports.mpi import MPICommunicator
@@ -35,28 +36,48 @@ def _mpi_communicator(world, patience: float) -> Communicator:
         wait = Communicator.wait
         receives_any_length = False
 
+        def __init__(self, comm):
+            super().__init__(comm)
+            self._posted: dict[int, tuple[int, object]] = {}  # a receive's source and buffer
+
+        def irecv(self, buf, source: int, tag: int = 0):
+            request = super().irecv(buf, source, tag)
+            self._posted[id(request)] = (source, buf)
+            return request
+
         def waitall(self, requests):
             requests = list(requests)
             statuses = [MPI.Status() for _ in requests]
             deadline = time.monotonic() + patience
-            while not self._testall(requests, statuses):
-                if time.monotonic() > deadline:
-                    for request in requests:
-                        if request != MPI.REQUEST_NULL:
-                            request.Cancel()
-                    raise TimeoutError(f"rank {self.rank} waited {patience:.0f} s for a message "
-                                       "that never came: a deadlock?")
-                time.sleep(0.0005)
+            try:
+                while not self._testall(requests, statuses):
+                    if time.monotonic() > deadline:
+                        for request in requests:
+                            if request != MPI.REQUEST_NULL:
+                                request.Cancel()
+                        raise TimeoutError(f"rank {self.rank} waited {patience:.0f} s for a "
+                                           "message that never came: a deadlock?")
+                    time.sleep(0.0005)
+            finally:
+                for request in requests:
+                    self._posted.pop(id(request), None)
 
-        @staticmethod
-        def _testall(requests, statuses) -> bool:
+        def _testall(self, requests, statuses) -> bool:
             try:
                 return MPI.Request.Testall(requests, statuses)
             except MPI.Exception:  # the reason is in the statuses
+                for request, status in zip(requests, statuses):
+                    error = status.Get_error()
+                    if error != MPI.SUCCESS and MPI.Get_error_class(error) == MPI.ERR_TRUNCATE:
+                        source, buf = self._posted.get(id(request), (status.Get_source(), None))
+                        count = None if buf is None else int(np.prod(buf.shape))
+                        posted = "" if buf is None else \
+                            f" of {count} {buf.dtype} element{'s' * (count != 1)}"
+                        raise RuntimeError(
+                            f"rank {self.rank} posted a receive{posted} from rank {source}, "
+                            f"and rank {source} sent a longer message: sender and receiver "
+                            "disagree on the chunk") from None
                 errors = [s.Get_error() for s in statuses if s.Get_error() != MPI.SUCCESS]
-                if MPI.ERR_TRUNCATE in [MPI.Get_error_class(e) for e in errors]:
-                    raise RuntimeError("a message was longer than its receive buffer: sender "
-                                       "and receiver disagree on the chunk") from None
                 raise RuntimeError("; ".join(MPI.Get_error_string(e) for e in errors)) from None
 
     return Patient(world)
@@ -78,7 +99,7 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
         private = world.Dup()  # the student's messages cannot meet anyone else's
         given, expected = inputs(phase, n, size, np.random.default_rng(n), dtype)
         guard = Guard(name, allowed=ENTRY_POINTS.get(pattern, ()))
-        tracer = TracingCommunicator(_mpi_communicator(private, patience))
+        tracer = TracingCommunicator(patient(private, patience))
         try:
             with guard:
                 got = run(phase, function, facade(tracer, guard.trusted), given[rank])
