@@ -198,3 +198,12 @@ def test_under_torchrun_on_nccl(venv_bin, tmp_path):
     _check_output(run.stdout, ["torch_all_reduce"], tmp_path / "r.csv", tmp_path / "r.json",
                   one_rank=gpus == 1)
     assert f"{torch.cuda.get_device_name()} ({gpus} visible), NCCL" in run.stdout
+
+
+def test_the_micro_measurements_take_help(capsys):
+    """``python -m allreduce.bench.micro --help`` ran the measurements instead."""
+    from allreduce.bench import micro
+
+    with pytest.raises(SystemExit) as ended:
+        micro.main(["--help"])
+    assert ended.value.code == 0 and "--in-band" in capsys.readouterr().out

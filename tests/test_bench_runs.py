@@ -40,10 +40,15 @@ def test_the_command_reads_json_files(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, code, says", [
     ([], 2, "required: RUN.json"), (["--help"], 0, "usage: python -m allreduce.bench.runs"),
-    (["missing.json"], 2, "cannot read the runs: .*missing.json")])
+    (["missing.json"], 2, "cannot read the runs: .*missing.json"),
+    (["list.json"], 2, "not what allreduce-bench --json writes"),
+    (["dict.json"], 2, "not what allreduce-bench --json writes")])
 def test_the_command_says_how_to_call_it(argv, code, says, tmp_path, monkeypatch, capsys):
-    """``--help`` was read as a file's name, and a missing file ended in a traceback."""
+    """``--help`` was read as a file's name, and a missing file or JSON of another shape
+    ended in a traceback."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "list.json").write_text("[]")
+    (tmp_path / "dict.json").write_text('{"a": 1}')
     with pytest.raises(SystemExit) as ended:
         runs.main(argv)
     assert ended.value.code == code

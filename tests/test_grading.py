@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import time
 import uuid
@@ -85,6 +86,19 @@ def test_student_copy_has_no_solutions_shows_points_and_keeps_the_rest(key):
         else:
             assert mine == copy  # outputs kept: the student sees what each cell prints
     assert nbformat.writes(grading.student_copy(key)) == nbformat.writes(student)  # stable
+
+
+def test_a_points_cell_says_what_its_kind_of_check_looks_at(root):
+    """It said "the values and the messages your code sends" of a formula checked in the
+    kernel too."""
+    said = {}
+    for name in ("65_beyond_ring", "80_capstone"):
+        student = grading.student_copy(nbformat.read(root / "labs" / f"{name}.ipynb", 4))
+        said.update({grading.role(c)[0]: c.source for c in student.cells
+                     if grading.role(c) and grading.role(c)[1] == "points"})
+    assert "checks the values and the messages" in said["zero2_step"]
+    assert "checks what your function returns" in said["torus_cost"]
+    assert "checks the weights your hooks train to" in said["attach_overlap"]
 
 
 @pytest.mark.parametrize("name", LABS)
@@ -191,12 +205,41 @@ def test_similarity_ignores_names_comments_and_layout():
 def test_a_header_nested_deeper_than_json_goes_is_a_protocol_error():
     """A rank's frame of 200,000 '[' made json.loads raise RecursionError, which left the
     judge and stopped the whole grading run."""
-    import struct
-
     from allreduce.grading import wire
 
     with pytest.raises(wire.WireError, match="malformed header .*RecursionError"):
         wire.Reader().feed(struct.pack("!I", 200_000) + b"[" * 200_000)
+
+
+def test_a_loading_cut_short_by_the_exercise_s_budget_says_so():
+    """Loading got what was left of the exercise's time and said only "took longer than
+    0.63 s"."""
+    import socket
+
+    from allreduce.grading import run
+    from allreduce.grading.judge import Failure, Judge
+
+    pairs = [socket.socketpair() for _ in range(2)]
+    judge = Judge([ours for ours, _ in pairs])
+    try:
+        with pytest.raises(Failure, match=r"^loading your code took longer than 0\.3 s \(in "
+                           r"what was left of the exercise's time\)$"):
+            judge.setup({"op": "setup"}, 0.3, run._LEFT)  # no rank answers
+    finally:
+        judge.close()
+        for _, theirs in pairs:
+            theirs.close()
+
+
+def test_the_whole_frames_before_a_broken_one_are_kept():
+    """A rank that broke the protocol is judged on what it sent whole before (they were
+    dropped with the error)."""
+    from allreduce.grading import wire
+
+    whole = wire.pack({"op": "barrier"}) + wire.pack({"op": "result"}, [b"ab"])
+    with pytest.raises(wire.WireError) as broken:
+        wire.Reader().feed(whole + struct.pack("!I", 5) + b"{bad}")
+    assert [header["op"] for header, _ in broken.value.frames] == ["barrier", "result"]
 
 
 class _Quiet:
@@ -223,6 +266,7 @@ def test_a_wait_for_malformed_request_ids_fails_that_case_only():
 
 @pytest.mark.parametrize("frame, says", [
     ({"op": "wait", "ids": [3]}, "rank 1 waited for a request it never made"),
+    ("twice", "rank 1 waited for one request twice in one wait"),
     ({"op": "gossip"}, "rank 1 sent the grader an unknown request 'gossip'"),
     ({"op": "isend", "id": 1, "peer": 9, "tag": 0, "dtype": "uint8", "count": 0},
      "rank 1 addressed rank 9, but the ranks are 0..3"),
@@ -241,6 +285,9 @@ def test_a_refused_request_names_the_lowest_rank_whichever_came_first(frame, say
             case.handle(rank, {"op": "barrier"}, [])
         elif frame == "lost":  # what the judge gives for a process that ended
             case.lose(rank, f"rank {rank}'s process ended without answering")
+        elif frame == "twice":  # a real request, waited for twice (the judge raised KeyError)
+            _message(case, rank, "irecv", 1, (rank + 1) % 4, 0)
+            case.handle(rank, {"op": "wait", "ids": [1, 1]}, [])
         else:
             case.handle(rank, frame, [])
     case.handle(0, {"op": "result"}, [])
@@ -446,14 +493,42 @@ for s in range(p - 1):
 return"""
 
 
+ZERO2_THROUGH_API = """\
+import allreduce.api as api
+lo, hi = api.reduce_scatter(flat_grads, comm, op="sum")
+flat_weights[lo:hi] -= lr * flat_grads[lo:hi]
+api.allgather(flat_weights, comm)
+return"""
+
+RING_BY_THE_LIBRARY_PHASE = """\
+return allreduce.reduce_scatter(buf, comm)"""
+
+RING_BY_THE_API_PHASE = """\
+import allreduce.api as api
+return api.reduce_scatter(buf, comm)"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("code", [RING_BY_THE_LIBRARY_PHASE, RING_BY_THE_API_PHASE],
+                         ids=["allreduce.reduce_scatter", "allreduce.api.reduce_scatter"])
+def test_the_library_s_phases_are_offered_to_the_zero2_step_only(root, code):
+    """The ring lab's reduce_scatter may not hand its work to the library's own, which a
+    graded run of lab 65's ZeRO-2 step offers."""
+    result = _graded(_lab(root, "50_ring_allreduce"), "reduce_scatter", code)
+    assert result.score == 0 and re.search(
+        r"allreduce(\.api)?\.reduce_scatter: it is not available when the grader runs your "
+        "reduce_scatter", result.message), result.message
+
+
 @needs_sandbox
 @pytest.mark.parametrize("code, wanted", [
-    (None, None), (ZERO2_OWN_RING, None),
+    (None, None), (ZERO2_OWN_RING, None), (ZERO2_THROUGH_API, None),
     (ZERO2_DDP, "called allreduce.allreduce for n = 1 on 4 ranks: it must call "
                 "allreduce.reduce_scatter on the gradients once"),
-    (ZERO2_GATHERS_GRADIENTS, "rank 0's message 1 to rank 1 did not hold the data"),
+    (ZERO2_GATHERS_GRADIENTS, "rank 0's message 1 to rank 1 did not hold the data .*; a "
+                              "ZeRO-2 step's reduce-scatter sends the gradients' partial sums"),
     (ZERO2_NO_ALLGATHER, r"rank 1, chunk 0 .* \(not updated: did the all-gather"),
-], ids=["the key", "its own ring, the same messages", "DDP's allreduce",
+], ids=["the key", "its own ring, the same messages", "through allreduce.api", "DDP's allreduce",
         "an all-gather of the gradients", "no all-gather"])
 def test_the_zero2_step_is_graded_on_what_its_phases_carry(root, code, wanted):
     """Lab 65's ZeRO-2 step (ungraded until 2026-11-27): a graded run's reduce_scatter and
@@ -1053,17 +1128,24 @@ def test_hostile_submissions_on_the_naive_lab(root, venv_bin, tmp_path):
 # -- what a run has of the library -------------------------------------------------------------
 
 def test_a_run_gets_no_algorithm_and_no_reference_of_its_check():
-    """The plan of every kind of run: no algorithm module, no package __init__ that would
-    import them, and each kernel check's reference absent or removed."""
+    """The plan of every kind of run: no algorithm module (but the ring, for the one pattern
+    made of the library's phases, which its stand-ins offer and no other run's do), no
+    package __init__ that would import them, and each kernel check's reference absent or
+    removed."""
     from allreduce.grading import confine
     from allreduce.lab import LOCAL_CHECKS
 
-    plans = {"ranks": confine.plan("ranks"), "overlap": confine.plan("overlap")}
+    plans = {f"ranks {pattern}": confine.plan("ranks", pattern=pattern) for pattern in PATTERNS}
+    plans |= {"overlap": confine.plan("overlap")}
     plans |= {name: confine.plan("local", name) for name in LOCAL_CHECKS}
     for name, plan in plans.items():
         files = set(plan.files)
+        ring = {"algorithms/ring.py"} if name == "ranks zero2" else set()
+        assert plan.phases == (("reduce_scatter", "allgather") if ring else ()), name
         assert not ({f for f in files if f.startswith(("algorithms/", "sparse/", "transports/"))}
-                    - {"algorithms/_schedule.py", "sparse/vector.py", "transports/__init__.py"})
+                    - {"algorithms/_schedule.py", "sparse/vector.py", "transports/__init__.py"}
+                    - ring), name
+        assert ring <= files, name
         assert not files & {"__init__.py", "api.py", "validation.py", "algorithms/__init__.py",
                             "sparse/__init__.py", "lab/__init__.py", "ddp_hook.py",
                             "sparse/sparse_ring.py", "algorithms/auto.py"}, name
@@ -2151,14 +2233,19 @@ def test_a_failing_cell_quoted_in_feedback_carries_no_terminal_escapes():
 
 
 @needs_sandbox
-def test_grading_a_submission_again_gives_the_same_messages(key):
-    """A failure message quotes the inputs' values; they come from a seed made of this
-    machine's grading secret and the submission, so a re-grade writes the same reports (they
-    differed from run to run) while a student still cannot know them beforehand."""
-    wrong = "buf[:] = buf + 1\nreturn chunk_bounds(len(buf), comm.size, comm.rank)"
-    first = _graded_reduce_scatter(key, wrong)
-    again = _graded_reduce_scatter(key, wrong)
-    assert first.score == again.score == 0 and "value" in first.message, first
+def test_grading_a_submission_again_gives_the_same_messages(root):
+    """A failure message quotes the inputs' values (here the ZeRO-2 step's weights); they
+    come from a seed made of this machine's grading secret and the submission, so a re-grade
+    writes the same reports (they differed from run to run) while a student still cannot
+    know them beforehand."""
+    lab = _lab(root, "65_beyond_ring")
+    wrong = ("lo, hi = allreduce.reduce_scatter(flat_grads, comm)\n"
+             "flat_weights[lo:hi] -= flat_grads[lo:hi]  # lr left out\n"
+             "allreduce.allgather(flat_weights, comm)\nreturn")
+    first = _graded(lab, "zero2_step", wrong)
+    again = _graded(lab, "zero2_step", wrong)
+    assert first.score == again.score == 0 and re.search(r"-?\d{4,}, got -?\d{4,}",
+                                                         first.message), first
     assert first.message == again.message, (first.message, again.message)
 
 

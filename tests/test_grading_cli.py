@@ -244,7 +244,21 @@ def test_the_lowest_rank_whose_process_ended_is_named(root, tmp_path, key):
     (graded,) = grading.grade(root / RING, [tmp_path / "bob.ipynb"], sandboxed=False,
                               progress=lambda *a, **k: None)
     message = graded.results["reduce_scatter"].message
-    assert "rank 1's process ended without answering" in message, message
+    assert "reduce_scatter for n = 1 on 4 ranks: rank 1's process ended without answering" \
+        in message, message  # which case too: the first, where rank 1 ended
+
+
+def test_a_rank_lost_while_loading_is_said_to_be_lost_while_loading(root, tmp_path, key):
+    """Every rank's process ends as its solution cells load: the lowest is named, and when."""
+    mine = nbformat.from_dict(key)
+    for cell in mine.cells:
+        if grading.role(cell) == ("reduce_scatter", "solution"):
+            cell.source = "import os\nos._exit(3)\n" + cell.source
+    nbformat.write(mine, tmp_path / "bob.ipynb")
+    (graded,) = grading.grade(root / RING, [tmp_path / "bob.ipynb"], sandboxed=False,
+                              progress=lambda *a, **k: None)
+    message = graded.results["reduce_scatter"].message
+    assert message.startswith("while loading your code: rank 0's process ended"), message
 
 
 class _Quiet:

@@ -162,8 +162,10 @@ def test_a_check_names_the_receive_a_longer_message_overflowed_and_a_lab_cell_do
 # Lab 65's ZeRO-2 step, right and not: its check cell on the engines runs the library's
 # own reduce_scatter and allgather (the grader's runs route them through its judge)
 ZERO2 = """
+import numpy as np
 import allreduce
 import torch  # as the lab's first cell: the check gives torch tensors
+from allreduce import chunk_bounds
 
 def zero2_right(w, g, comm, lr):
     lo, hi = allreduce.reduce_scatter(g, comm)
@@ -181,19 +183,45 @@ def zero2_no_allgather(w, g, comm, lr):
 def zero2_twice(w, g, comm, lr):
     zero2_right(w, g.clone(), comm, lr / 2)
     zero2_right(w, g, comm, lr / 2)
+
+def zero2_gathers_gradients(w, g, comm, lr):  # right weights, an allreduce of the gradients
+    allreduce.reduce_scatter(g, comm)
+    allreduce.allgather(g, comm)
+    w -= lr * g
+
+def zero2_own_ring(w, g, comm, lr):  # the library's messages, written by hand
+    p, r, n = comm.size, comm.rank, len(g)
+    g, w, incoming = g.numpy(), w.numpy(), np.empty(-(-len(g) // comm.size), g.numpy().dtype)
+    for s in range(p - 1):
+        send, recv = chunk_bounds(n, p, (r - s - 1) % p), chunk_bounds(n, p, (r - s - 2) % p)
+        got = incoming[: recv[1] - recv[0]]
+        comm.sendrecv(g[send[0]:send[1]], (r + 1) % p, got, (r - 1) % p)
+        g[recv[0]:recv[1]] += got
+    lo, hi = chunk_bounds(n, p, r)
+    w[lo:hi] -= lr * g[lo:hi]
+    for s in range(p - 1):
+        send, recv = chunk_bounds(n, p, (r - s) % p), chunk_bounds(n, p, (r - s - 1) % p)
+        comm.sendrecv(w[send[0]:send[1]], (r + 1) % p, w[recv[0]:recv[1]], (r - 1) % p)
 """
 
 
 def test_a_zero2_check_cell_takes_the_library_s_phases_and_nothing_else():
+    """As the grader: the values, the messages' peers and sizes, and what they carry (an
+    all-gather of the gradients gives the right weights and scores 0 there)."""
     with lab.cluster(n=4) as view:
         view.execute(ZERO2)
         lab.check(view, "zero2_right", "zero2_step", counts=(4, 7))
+        lab.check(view, "zero2_own_ring", "zero2_step", counts=(4, 7))
         for function, says in [
+                ("zero2_gathers_gradients", r"rank 0's message \d to rank 1 does not hold what a "
+                                            "ZeRO-2 step sends there: .* its all-gather each "
+                                            "rank's chunk of the weights after its update"),
                 ("zero2_ddp", "called the library's allreduce .*: of the library it may call "
                               "allreduce.reduce_scatter and allreduce.allgather only"),
                 ("zero2_no_allgather", r"rank 0, chunk 1 .* \(not updated: did the all-gather "
                                        r"bring it from its owner\?\)"),
-                ("zero2_twice", "called allreduce.reduce_scatter 2 times on rank 0")]:
+                ("zero2_twice", r"zero2_twice on rank 0 sent 12 messages .*; a ZeRO-2 step "
+                                 "sent 6 messages")]:
             with pytest.raises(AssertionError, match=says):
                 lab.check(view, function, "zero2_step", counts=(4, 7))
 

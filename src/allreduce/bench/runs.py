@@ -74,10 +74,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="a file that allreduce-bench --json wrote (one per run)")
     paths = parser.parse_args(sys.argv[1:] if argv is None else argv).runs
     try:
-        runs = load(paths)
-    except (OSError, ValueError) as error:
+        shown = report(load(paths))
+    except OSError as error:
         parser.error(f"cannot read the runs: {error}")
-    print(report(runs))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:
+        parser.error(f"cannot read the runs: not what allreduce-bench --json writes "
+                     f"({type(error).__name__}: {error})")
+    print(shown)
     return 0
 
 

@@ -3,7 +3,8 @@ holds it to that (see :mod:`allreduce.grading.run`).
 
 Outside, :func:`plan` says which of the library's files a run gets: the rank's own modules
 and the helpers its exercise needs, nothing that holds the library's algorithms or the
-check's reference.  The sandbox (:mod:`allreduce.grading.sandbox`) binds only those files,
+check's reference (but the ring, for the exercise whose pattern is made of the library's
+phases: lab 65's ZeRO-2 step).  The sandbox (:mod:`allreduce.grading.sandbox`) binds only those files,
 so the others' source is not there to read, import or execute; the judge, in the grader's
 process, keeps the whole library.
 
@@ -16,7 +17,9 @@ of the library is loaded:
   ``allreduce.api`` become stand-ins, packages whose ``__init__`` never runs (it would import
   every algorithm).  The stand-in ``allreduce`` offers the helpers the labs give out
   (``chunk_bounds``, ``OPS``, ``Communicator``) and ``allreduce.allreduce``, which the judge
-  computes;
+  computes; where the plan offers them, ``allreduce.reduce_scatter`` and ``allgather`` (the
+  ring over the judge's communicator, :mod:`allreduce.grading.hub`), on ``allreduce.api``
+  too;
 * an import hook refuses mpi4py and every module of the library the plan does not list, with
   a message that says why (the file would be missing anyway);
 * a name the plan removes (a check's reference in a module the run needs, such as
@@ -41,13 +44,10 @@ LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../all
 _RANK = ("grading/__init__.py", "grading/confine.py", "grading/rank.py", "grading/wire.py")
 #: A run on ranks: the judge's communicator, the check's call, and the helpers the labs'
 #: algorithm exercises give out (chunk bounds, ops, the communicator interface, the sparse
-#: vector's encode/decode/merge/split_at); no algorithm module.
+#: vector's encode/decode/merge/split_at); no algorithm module (but :data:`PHASES_GIVEN`).
 _RANKS = ("grading/hub.py", "lab/checks.py", "lab/patterns.py", "lab/guard.py",
           "algorithms/_schedule.py", "comm.py", "ops.py", "arrays.py", "cost.py", "topology.py",
           "sparse/vector.py")
-#: A run on ranks of an exercise whose pattern is made of the library's phases (lab 65's
-#: ZeRO-2 step): the ring, which ``allreduce.reduce_scatter`` and ``allgather`` run there.
-_PATTERN_FILES = {"zero2": ("algorithms/ring.py",)}
 #: The capstone's overlap: training (without its own hooks: removed) and what it imports.
 _OVERLAP = ("grading/hub.py", "lab/overlap.py", "comm.py", "ops.py", "arrays.py",
             "training.py", "ddp_buckets.py", "transports/__init__.py")
@@ -62,9 +62,12 @@ STANDINS = ("allreduce", "allreduce.api", "allreduce.algorithms", "allreduce.spa
 #: What the stand-in ``allreduce`` offers: the helpers the labs import from it.
 GIVEN = {"chunk_bounds": "allreduce.algorithms._schedule", "Communicator": "allreduce.comm",
          "OPS": "allreduce.ops", "OP_NAMES": "allreduce.ops", "DTYPES": "allreduce.ops"}
-#: What it offers a run whose plan has the ring (``_PATTERN_FILES``): the library's two
-#: phases, as the ring over the judge's communicator (:mod:`allreduce.grading.hub`).
+#: What it (and the stand-in ``allreduce.api``) offers a run whose exercise's pattern is
+#: made of the library's phases (:data:`allreduce.lab.patterns.ENTRY_POINTS`: lab 65's
+#: ZeRO-2 step): the phases, as the ring over the judge's communicator
+#: (:mod:`allreduce.grading.hub`), whose file such a run gets with them.
 PHASES_GIVEN = {"reduce_scatter": "allreduce.grading.hub", "allgather": "allreduce.grading.hub"}
+_PHASES_RUN = ("algorithms/ring.py",)
 NO_MPI = ("mpi4py is not available when the grader runs your function: it runs without MPI, "
           "so communicate only through the comm your function is given")
 
@@ -76,6 +79,7 @@ class Plan:
 
     files: tuple[str, ...]
     removed: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()  # of PHASES_GIVEN, what the stand-ins offer
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -93,7 +97,10 @@ def plan(kind: str, check: str = "", pattern: str = "") -> Plan:
     ``"overlap"``; ``"local"``, with its ``check``'s name): outside the sandbox, with the
     whole library at hand."""
     if kind == "ranks":
-        return Plan(_RANK + _RANKS + _PATTERN_FILES.get(pattern, ()))
+        from ..lab.patterns import ENTRY_POINTS
+
+        phases = tuple(e for e in ENTRY_POINTS.get(pattern, ()) if e in PHASES_GIVEN)
+        return Plan(_RANK + _RANKS + (_PHASES_RUN if phases else ()), phases=phases)
     if kind == "overlap":
         return Plan(_RANK + _OVERLAP, ("allreduce.training.attach_hooks",))
     from ..lab.exercises import LOCAL_CHECKS
@@ -146,8 +153,9 @@ class Rules:
 def refused(name: str, function: str) -> str:
     return (f"{name} is not available when the grader runs your {function}: a graded run has "
             "only the helpers the lab gives out (chunk_bounds, the ops, the comm it is given; "
-            "allreduce.allreduce where the exercise uses it), not the library's own algorithms "
-            "or the check's reference, so write it yourself")
+            "the library's allreduce, reduce_scatter and allgather where the exercise uses "
+            "them), not the library's own algorithms or the check's reference, so write it "
+            "yourself")
 
 
 def _standin(name: str, folder: str, doc: str, attributes: dict) -> None:
@@ -166,8 +174,9 @@ def _standin(name: str, folder: str, doc: str, attributes: dict) -> None:
         setattr(sys.modules[parent], child, module)
 
 
-def install(modules, removed, function: str) -> None:
-    """The rules above, for a run that may import ``modules`` and loses ``removed``."""
+def install(modules, removed, function: str, phases=()) -> None:
+    """The rules above, for a run that may import ``modules``, loses ``removed`` and is
+    offered ``phases`` (:data:`PHASES_GIVEN`)."""
     import importlib
 
     allowed = set(modules)
@@ -178,13 +187,15 @@ def install(modules, removed, function: str) -> None:
     def top(attribute: str):
         if GIVEN.get(attribute) in allowed:
             return getattr(importlib.import_module(GIVEN[attribute]), attribute)
-        if attribute in PHASES_GIVEN and "allreduce.algorithms.ring" in allowed:
+        if attribute in phases:
             return getattr(importlib.import_module(PHASES_GIVEN[attribute]), attribute)
         if f"allreduce.{attribute}" in sys.modules:
             return sys.modules[f"allreduce.{attribute}"]
         raise AttributeError(f"allreduce.{attribute}: {refused('it', function)}")
 
     def api(attribute: str):
+        if attribute in phases:
+            return getattr(importlib.import_module(PHASES_GIVEN[attribute]), attribute)
         raise AttributeError(f"allreduce.api.{attribute}: {refused('it', function)}")
 
     doc = "a stand-in: the grader's run loads none of the library's algorithms"
@@ -223,7 +234,8 @@ def limit(config: dict) -> None:
 def main(argv: list[str]) -> None:
     config = json.loads(argv[0])
     limit(config)
-    install(config["modules"], config.get("removed", ()), config.get("function", "function"))
+    install(config["modules"], config.get("removed", ()), config.get("function", "function"),
+            config.get("phases", ()))
     if config.get("probe"):  # what grading needs works here: say so, and end
         import importlib
 

@@ -41,41 +41,45 @@ def judged_allreduce(owner):
     return allreduce
 
 
-def reduce_scatter(x, comm, op: str = "sum", *, algorithm: str = "ring", **layout):
+def reduce_scatter(x, comm, op: str = "sum", *, algorithm: str = "ring",
+                   ranks_per_node=None, nodes=None):
     """``allreduce.reduce_scatter`` in a graded run: the ring's, whose messages go through
     the judge as the student's own would (the check compares them with the library's ring,
     ``algorithm="ring"``, less its call check's header)."""
     from ..algorithms import ring  # in the plan of the run that offers this (confine.plan)
     from ..ops import OPS, finish
 
-    _ring_only("reduce_scatter", algorithm, layout)
-    buffer = comm.native(_flat("reduce_scatter", x))
+    buffer = _ring_buffer("reduce_scatter", x, comm, op, algorithm, ranks_per_node, nodes)
     lo, hi = ring.taught_reduce_scatter(buffer, comm, OPS[op])
     finish(OPS[op], buffer[lo:hi], comm.size)
     return lo, hi
 
 
-def allgather(x, comm, *, algorithm: str = "ring", **layout):
+def allgather(x, comm, *, algorithm: str = "ring", ranks_per_node=None, nodes=None):
     """``allreduce.allgather`` in a graded run: the ring's (see :func:`reduce_scatter`)."""
     from ..algorithms import ring
 
-    _ring_only("allgather", algorithm, layout)
-    ring.allgather(comm.native(_flat("allgather", x)), comm)
+    ring.allgather(_ring_buffer("allgather", x, comm, "max", algorithm, ranks_per_node, nodes),
+                   comm)
     return x
 
 
-def _flat(name: str, x):
+def _ring_buffer(name: str, x, comm, op: str, algorithm: str, ranks_per_node, nodes):
+    """``x`` as the ring moves it, once the call is one the library takes (its messages for
+    a bad op or dtype) and one a graded run has (the ring's, with no layout)."""
     from ..arrays import flat_view
+    from ..ops import check_op_for_dtype
 
+    if algorithm != "ring" or ranks_per_node is not None or nodes is not None:
+        given = ", ".join(f"{key}={value!r}" for key, value in (
+            ("algorithm", algorithm), ("ranks_per_node", ranks_per_node), ("nodes", nodes))
+            if value is not None)
+        raise ValueError(f"allreduce.{name}: a graded run has the ring's only (the default, "
+                         f"algorithm='ring', with no ranks_per_node or nodes), not {given}")
+    check_op_for_dtype(op, str(x.dtype).removeprefix("torch."))
     if not (x.flags.c_contiguous if isinstance(x, np.ndarray) else x.is_contiguous()):
         raise ValueError(f"allreduce.{name}: x must be contiguous (it works in place)")
-    return flat_view(x)
-
-
-def _ring_only(name: str, algorithm: str, layout: dict) -> None:
-    if algorithm != "ring" or any(value is not None for value in layout.values()):
-        raise ValueError(f"allreduce.{name}: a graded run has the ring's only (the default, "
-                         f"algorithm='ring'), not {algorithm!r} with {layout or 'no layout'}")
+    return comm.native(flat_view(x))
 
 
 class HubCommunicator(Communicator):

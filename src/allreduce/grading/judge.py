@@ -126,6 +126,7 @@ class Judge:
             try:
                 self.readers[rank].ready.extend(self.readers[rank].feed(data))
             except wire.WireError as error:
+                self.readers[rank].ready.extend(error.frames)  # what it sent whole counts
                 self._lose(rank, f"rank {rank} broke the grader's protocol: {error}")
 
     def _lose(self, rank: int, why: str) -> None:
@@ -144,18 +145,22 @@ class Judge:
             self.send(rank, header)
         answered, errors, warning = set(), {}, None
         deadline = time.monotonic() + timeout
+        late = f"loading your code took longer than {seconds(timeout)} s{note}"
         try:
-            for rank, reply, blobs in self.frames(deadline, f"loading your code took longer "
-                                                            f"than {seconds(timeout)} s{note}"):
-                if reply is LOST:
-                    errors[rank] = blobs[0]
-                elif reply.get("op") == "error":
-                    errors[rank] = clean(reply.get("message"))
-                elif reply.get("warning"):
-                    warning = warning or clean(reply["warning"])
-                answered.add(rank)
-                if len(answered) == self.size:
-                    break
+            while len(answered) < self.size:
+                for rank, reply, blobs in self.frames(deadline, late):
+                    if reply is LOST:
+                        errors[rank] = f"while loading your code: {blobs[0]}"
+                    elif reply.get("op") == "error":
+                        errors[rank] = clean(reply.get("message"))
+                    elif reply.get("warning"):
+                        warning = warning or clean(reply["warning"])
+                    answered.add(rank)
+                    if errors and deadline - time.monotonic() > ERROR_GRACE:
+                        deadline = time.monotonic() + ERROR_GRACE  # the others: fail or answer
+                        break
+                    if len(answered) == self.size:
+                        break
         except Failure:
             if errors:
                 raise Failure(errors[min(errors)]) from None
@@ -190,10 +195,10 @@ class Judge:
                         deadline = time.monotonic() + ERROR_GRACE
                         break  # read on, with the shorter deadline
         except Failure as failure:
-            if state.errors:  # the lowest failed rank's reason (a refused request: which case)
+            if state.errors:  # the lowest failed rank's reason (and which case, if it lacks it)
                 lowest = min(state.errors)
                 why = state.errors[lowest]
-                raise Failure(f"{what}: {why}" if lowest in state.refused else why) from None
+                raise Failure(f"{what}: {why}" if lowest in state.unlabelled else why) from None
             if what in str(failure):
                 raise
             raise Failure(f"{what}: {failure}") from None  # which case: the size it failed at

@@ -122,7 +122,9 @@ class Case:
         self.queued = 0  # bytes sent and not yet taken by a wait of their receiver
         self.requests = [0] * size  # frames each rank sent in this case
         self.errors: dict[int, str] = {}  # rank: why it failed (the lowest one is reported)
-        self.refused: set[int] = set()  # the ranks among them whose request the judge refused
+        #: the failed ranks whose reason does not say which case (a request the judge
+        #: refused, a process lost): the judge names the case before it
+        self.unlabelled: set[int] = set()
 
     # -- one frame
     def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
@@ -140,7 +142,7 @@ class Case:
         try:
             self._take(rank, op, header, blobs)
         except _Refused as refused:  # this rank's own doing, as an error it raised:
-            self.refused.add(rank)  # the lowest such rank is reported
+            self.unlabelled.add(rank)  # the lowest such rank is reported
             self._fail(rank, str(refused))
             return
         self._progress()
@@ -156,6 +158,8 @@ class Case:
             if not isinstance(ids, list) or not all(
                     type(i) is int and i in self.kinds[rank] for i in ids):
                 raise _Refused(f"rank {rank} waited for a request it never made")
+            if len(set(ids)) != len(ids):
+                raise _Refused(f"rank {rank} waited for one request twice in one wait")
             self.state[rank] = ("wait", ids)
         elif op in ("barrier", "allgather", "allreduce"):
             self.state[rank] = (op, header, blobs)
@@ -168,6 +172,7 @@ class Case:
         """``rank`` is gone (its process ended, or its frames broke the protocol): it has
         failed, whatever it was doing."""
         if self.state[rank] != ("error",):
+            self.unlabelled.add(rank)
             self._fail(rank, why)
 
     def _fail(self, rank: int, why: str) -> None:

@@ -262,11 +262,18 @@ def stub_solutions(source: str, exercise: str) -> str:
     return "\n".join(out)
 
 
-def _points_cell(exercise: str, points: float, total: float):
+#: What the grader checks, by the kind of an exercise's check (:class:`Spec`), for the cell
+#: that shows a student its points.
+_CHECKED = {"ranks": "the values and the messages your code sends",
+            "local": "what your function returns, on the lab's cases and on more it draws",
+            "overlap": "the weights your hooks train to and when each gradient is handed over"}
+
+
+def _points_cell(spec: Spec, total: float):
+    exercise, points = spec.exercise, spec.points
     cell = nbformat().v4.new_markdown_cell(
         f"**Exercise `{exercise}`: {points:g} point{'s' * (points != 1)}** "
-        f"(of {total:g} in this lab; the grader checks the values and the messages your "
-        "code sends).")
+        f"(of {total:g} in this lab; the grader checks {_CHECKED[spec.kind]}).")
     cell.metadata["allreduce"] = {"exercise": exercise, "role": "points"}
     cell.id = f"points-{exercise}"[:64]  # the same copy every time it is written
     return cell
@@ -287,8 +294,8 @@ def student_copy(nb):
     if is_student_copy(nb):
         return copy.deepcopy(nb)
     student = copy.deepcopy(nb)
-    points = {s.exercise: s.points for s in specs(nb)}
-    total, shown, cells = sum(points.values()), set(), []
+    graded = {s.exercise: s for s in specs(nb)}
+    total, shown, cells = sum(s.points for s in graded.values()), set(), []
     for cell in student.cells:
         mark = role(cell)
         if mark and mark[1] == "solution":
@@ -296,9 +303,9 @@ def student_copy(nb):
                 raise ValueError(f"solution cell of exercise {mark[0]!r} has no {BEGIN}")
             cell.source = stub_solutions(cell.source, mark[0])
             cell.outputs, cell.execution_count = [], None
-            if mark[0] not in shown and mark[0] in points:
+            if mark[0] not in shown and mark[0] in graded:
                 shown.add(mark[0])
-                cells.append(_points_cell(mark[0], points[mark[0]], total))
+                cells.append(_points_cell(graded[mark[0]], total))
         cells.append(cell)
     student.cells = cells
     return student

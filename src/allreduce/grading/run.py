@@ -242,8 +242,10 @@ def _ranks(judge: Judge, spec: Spec, case_limit: float, seed: int, size: int,
         if spec.pattern == "one_allreduce" and (problem := _crossed(spec, n, given, outcome)):
             raise Failure(problem)
         if outcome.content:  # right values, right pattern, and the data not through comm
+            carries = PATTERNS[spec.pattern].carries
             raise Failure(checks.in_dtype(f"{spec.function} for n = {n} on {size} ranks: "
-                                          f"{outcome.content}", spec.phase, dtype))
+                                          f"{outcome.content}" + (f"; {carries}" if carries
+                                                                  else ""), spec.phase, dtype))
     return f"{spec.function}: correct on {size} ranks for {checks.described(spec.phase, size)}"
 
 

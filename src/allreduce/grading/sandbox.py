@@ -11,8 +11,8 @@ What a rank sees and may do:
   sockets to the judge, so no rank can get another's data except through the judge;
 * read-only: the system (``/usr``, ``/etc``), the interpreter, the environment (``.venv``),
   and of the library only the files its run's plan lists (:mod:`allreduce.grading.confine`):
-  the rank's own modules and the helpers its exercise needs, never an algorithm or the
-  check's reference; nothing else of the course repository (no ``labs/``, ``.git``,
+  the rank's own modules and the helpers its exercise needs, never an algorithm (but the
+  ring for lab 65's ZeRO-2 step, which uses the library's phases) or the check's reference; nothing else of the course repository (no ``labs/``, ``.git``,
   ``_build/``, ``student/``, no other submission, no scores, no home);
 * writable: a private ``/tmp`` and its run folder, both in memory, size-capped and gone
   when it ends; nothing on the disk at all.  Its code and data come over its socket;
@@ -239,6 +239,7 @@ def launcher(fd: int, rank: int, uid: int | None, limits: Limits, plan: Plan,
     """The rank's command: :mod:`allreduce.grading.confine` run as a file (see there)."""
     config = json.dumps({"rank": rank, "uid": uid, "limits": limits.rlimits(),
                          "modules": plan.modules, "removed": plan.removed,
+                         "phases": plan.phases,
                          "function": function, "probe": probe})
     return [sys.executable, "-I", str(LIBRARY / "grading" / "confine.py"), config, str(fd)]
 

@@ -20,7 +20,10 @@ DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "u
 
 
 class WireError(RuntimeError):
-    """A frame the judge will not read (too large, malformed): the rank broke the protocol."""
+    """A frame the judge will not read (too large, malformed): the rank broke the protocol.
+    ``frames``: the whole frames that came before it in the same data."""
+
+    frames: list = []
 
 
 def pack(header: dict, blobs=()) -> bytes:
@@ -43,7 +46,15 @@ class Reader:
         frame: 1 MiB of tiny frames is about 30,000 of them, and cutting each one off the
         front moved the whole buffer each time (quadratic)."""
         self._buffer += data
-        buffer, at, frames = self._buffer, 0, []
+        frames: list = []
+        try:
+            return self._cut(self._buffer, frames)
+        except WireError as error:
+            error.frames = frames
+            raise
+
+    def _cut(self, buffer: bytearray, frames: list) -> list:
+        at = 0
         while True:
             if self._header is None:
                 if len(buffer) - at < 4:

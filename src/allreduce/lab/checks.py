@@ -50,8 +50,10 @@ def _ranks(bits: int, size: int) -> str:
 def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str = CHECK_DTYPE):
     """Every rank's data for one case, and what the result must be: ``(given, expected)``,
     ``given[rank]`` a dict of named arrays, of ``dtype`` (the gradients of
-    ``average_gradients`` are float64 whatever it says); ``expected`` is exact, in int64
-    (float64 for the gradients' means)."""
+    ``average_gradients`` are float64 whatever it says, and ``zero2_step``'s weights and
+    gradients float64 where it says int64); ``expected`` is exact, in int64 (float64 for the
+    gradients' means; for ``zero2_step`` a dict of the weights after the step and the
+    gradients' sum)."""
     bits = _secret_bits(size, dtype)
     if not bits:
         raise ValueError(f"{size} ranks leave {dtype} too few bits for a check's secrets")
@@ -94,7 +96,8 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
 
 def cases(phase: str, size: int, counts=CHECK_COUNTS) -> list[tuple[int, str]]:
     """A check's cases on ``size`` ranks, ``(n, dtype)``: every count in
-    :data:`CHECK_DTYPE`, then the largest in :data:`OTHER_DTYPE` where its significand
+    :data:`CHECK_DTYPE` (which :func:`inputs` makes float64 for ``zero2_step``), then the
+    largest in :data:`OTHER_DTYPE` where its significand
     leaves room for the secrets (up to 12 ranks), not for ``average_gradients`` (whose
     gradients are float64 in every case)."""
     counts = list(counts)

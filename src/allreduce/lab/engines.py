@@ -18,7 +18,8 @@ import numpy as np
 from ..comm import Communicator
 from .checks import CHECK_COUNTS, PHASES, cases, described, facade, in_dtype, inputs, judge, run
 from .guard import Guard
-from .patterns import DEFAULT_PATTERN, ENTRY_POINTS, PATTERNS, pattern_problem
+from .patterns import (DEFAULT_PATTERN, ENTRY_POINTS, PATTERNS, content_problem,
+                       pattern_problem)
 
 
 def patient(world, patience: float = 5.0) -> Communicator:
@@ -99,7 +100,8 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
         private = world.Dup()  # the student's messages cannot meet anyone else's
         given, expected = inputs(phase, n, size, np.random.default_rng(n), dtype)
         guard = Guard(name, allowed=ENTRY_POINTS.get(pattern, ()))
-        tracer = TracingCommunicator(patient(private, patience))
+        contents = bool(PATTERNS[pattern].carries)  # compared message by message, as graded
+        tracer = TracingCommunicator(patient(private, patience), payloads=contents)
         try:
             with guard:
                 got = run(phase, function, facade(tracer, guard.trusted), given[rank])
@@ -111,11 +113,12 @@ def _run_check(function, name: str, phase: str, pattern: str, counts,
                 f"{type(error).__name__}: {error}", phase, dtype)
         private.Free()
         if not world.allreduce(bool(problem), op=MPI.LOR):
-            problem = in_dtype(pattern_problem(name, pattern, n, size,
-                                               world.allgather(tracer.events),
-                                               world.allgather(guard.calls),
-                                               dtype=dtype), phase, dtype)
-            problem = problem if rank == 0 else None
+            events = world.allgather(tracer.events)
+            problem = pattern_problem(name, pattern, n, size, events,
+                                      world.allgather(guard.calls), dtype=dtype)
+            if not problem and contents:
+                problem = content_problem(name, pattern, n, given, events)
+            problem = in_dtype(problem, phase, dtype) if rank == 0 else None
         if problem:
             problems.append((n, rank, problem))
         if world.allreduce(bool(problem), op=MPI.LOR):

@@ -73,8 +73,9 @@ class Guard:
     does not report: a function that uses MPI instead of ``comm`` is caught by its trace
     instead (it sent nothing through ``comm``), and the grader's ranks have no mpi4py.  Calls made by the checking communicator itself are
     not watched: it marks them with :meth:`trusted`.  ``allowed`` names the library's entry
-    points (``allreduce.allreduce``, ``allreduce.reduce_scatter``, ...) the function may
-    call (the exercises that teach using them); :attr:`calls` counts each one's calls.
+    points the function may call, ``"allreduce"`` for ``allreduce.allreduce``,
+    ``"reduce_scatter"`` for ``allreduce.reduce_scatter``, ... (the exercises that teach
+    using them); :attr:`calls` counts each one's calls.
     After the call, :attr:`violation` names the first forbidden call, if any."""
 
     def __init__(self, name: str, *, allowed: tuple[str, ...] = (), new_threads: bool = True,
@@ -119,10 +120,11 @@ class Guard:
             elif _forbidden(code.co_filename):
                 where = Path(code.co_filename).relative_to(_PACKAGE.parent)
                 may = " and ".join(f"allreduce.{entry}" for entry in self.calls)
-                self.violation = (f"your {self.name} called the library's {code.co_name} "
-                                  f"({where}): " + (f"of the library it may call {may} only"
-                                                    if may else "the exercise is to write it "
-                                                    "yourself with comm's sends and receives"))
+                did = "imported the library's module" if code.co_name == "<module>" else \
+                    f"called the library's {code.co_name}"
+                advice = f"of the library it may call {may} only" if may else \
+                    "the exercise is to write it yourself with comm's sends and receives"
+                self.violation = f"your {self.name} {did} ({where}): {advice}"
         elif event == "c_call":
             module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
             if module and module.startswith("mpi4py"):

@@ -33,6 +33,9 @@ class Pattern:
     #: right on four ranks only (a binomial reduce that skips the test `child < p`, a ring
     #: that takes `% 4`) fails on the others
     ranks: tuple[int, ...] = (4, 3, 5)
+    #: what its messages must hold, said where one does not (empty: the generic advice);
+    #: a pattern that has it is compared message by message in the labs' check cells too
+    carries: str = ""
 
 
 PATTERNS: dict[str, Pattern] = {
@@ -82,7 +85,9 @@ PATTERNS: dict[str, Pattern] = {
     "zero2": Pattern(
         "a ZeRO-2 step",
         "call allreduce.reduce_scatter on the gradients once, update the weights of the chunk "
-        "it returns, then call allreduce.allgather on the weights once"),
+        "it returns, then call allreduce.allgather on the weights once",
+        carries="a ZeRO-2 step's reduce-scatter sends the gradients' partial sums, and its "
+                "all-gather each rank's chunk of the weights after its update"),
 }
 
 #: The pattern each value check has unless the check cell names one.
@@ -90,8 +95,8 @@ DEFAULT_PATTERN = {"reduce_scatter": "ring_reduce_scatter", "allgather": "ring_a
                    "reduce_to_root": "binomial_reduce", "average_gradients": "one_allreduce",
                    "sparse_reduce_scatter": "sparse_ring_reduce_scatter",
                    "zero2_step": "zero2"}
-#: The library entry points a pattern is made of (the student's function calls them; the
-#: check counts the calls): ``allreduce.<name>`` for each.
+#: The library's entry points a pattern is made of, ``allreduce.<name>`` for each: the
+#: student's function may call them (and one_allreduce's check counts its calls).
 ENTRY_POINTS = {"one_allreduce": ("allreduce",), "zero2": ("reduce_scatter", "allgather")}
 
 
@@ -107,7 +112,6 @@ def _reference_function(pattern: str):
     )
 
     return {
-        "zero2": _taught_zero2,
         "ring_reduce_scatter": lambda buf, comm, op: ring.taught_reduce_scatter(buf, comm, op),
         "ring_allgather": lambda buf, comm, op: ring.allgather(buf, comm),
         "binomial_reduce": lambda buf, comm, op: tree.binomial_reduce(buf, comm, op,
@@ -121,39 +125,58 @@ def _reference_function(pattern: str):
     }[pattern]
 
 
+def _taught(pattern: str):
+    """The library's own step of ``pattern`` as ``run(mine, comm)``, on one rank's inputs of
+    a check's case (a dict, as :func:`allreduce.lab.checks.inputs` gives them)."""
+    if pattern.startswith("sparse"):
+        from ..sparse.sparse_ring import taught_reduce_scatter
+
+        return lambda mine, comm: taught_reduce_scatter(
+            mine["indices"].copy(), mine["values"].copy(), int(mine["n"][0]), comm)
+    if pattern == "zero2":
+        return lambda mine, comm: _taught_zero2(
+            mine["weights"].copy(), mine["grads"].copy(), comm, float(mine["lr"][0]))
+    return _on_buffer(_reference_function(pattern))
+
+
+def _on_buffer(function):
+    """A dense pattern's ``function(buf, comm, op)`` on a case's buffer, summed."""
+    from ..ops import OPS
+
+    return lambda mine, comm: function(mine["buf"].copy(), comm, OPS["sum"])
+
+
+def _unit_inputs(pattern: str, n: int, size: int, dtype: str) -> list[dict]:
+    """Inputs of ``pattern`` whose messages have the case's shape (which :func:`reference`
+    counts), whatever their values: a sparse pattern's supports, since they fix its
+    messages, with values of ``dtype`` (which sets its packets' lengths)."""
+    if pattern.startswith("sparse"):
+        return [{"indices": s, "values": np.ones(len(s), dtype), "n": np.array([n])}
+                for s in sparse_supports(n, size)]
+    bufs = [np.full(n, 1 << rank, dtype=np.int64) for rank in range(size)]
+    if pattern == "zero2":
+        return [{"weights": np.zeros(n), "grads": b.astype(np.float64), "lr": np.array([1.0])}
+                for b in bufs]
+    return [{"buf": b} for b in bufs]
+
+
 @functools.lru_cache(maxsize=256)
 def reference(pattern: str, n: int, size: int, dtype: str = "int64"):
     """The library's own trace of ``pattern`` for ``n`` int64 elements on ``size`` thread
     ranks (an :class:`allreduce.trace.Trace`); a sparse pattern's values of ``dtype``, which
     sets its packets' lengths (a dense pattern's messages are counted in elements)."""
-    from ..ops import OPS
     from ..trace import Trace, TracingCommunicator
     from ..transports.threads import run_threads
 
-    if pattern.startswith("sparse"):  # the messages depend on the supports: the check's own
-        from ..sparse.sparse_ring import taught_reduce_scatter
-
-        supports = sparse_supports(n, size)
-
-        def body(comm):
-            tracer = TracingCommunicator(comm)
-            mine = supports[comm.rank]
-            taught_reduce_scatter(mine, np.ones(len(mine), dtype), n, tracer)
-            return tracer.events
-
-        return Trace(run_threads(size, body, timeout=30), itemsize=1)
-    function = _reference_function(pattern)
+    run, given = _taught(pattern), _unit_inputs(pattern, n, size, dtype)
 
     def body(comm):
         tracer = TracingCommunicator(comm)
-        mine = np.full(n, 1 << comm.rank, dtype=np.int64)
-        if pattern == "zero2":
-            function(np.zeros(n), mine.astype(np.float64), tracer, 1.0)
-        else:
-            function(mine, tracer, OPS["sum"])
+        run(given[comm.rank], tracer)
         return tracer.events
 
-    return Trace(run_threads(size, body, timeout=30), itemsize=8)
+    return Trace(run_threads(size, body, timeout=30),
+                 itemsize=1 if pattern.startswith("sparse") else 8)
 
 
 def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list[bytes]]] | None:
@@ -165,7 +188,6 @@ def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list
     compares what each rank sent with them (:mod:`allreduce.grading.matching`): a rank that
     sends zeros in the right pattern and takes the data another way fails, whatever way is
     left open.  ``None`` for ``one_allreduce``, whose data the judge itself adds up."""
-    from ..ops import OPS
     from ..trace import TracingCommunicator
     from ..transports.threads import run_threads
 
@@ -187,21 +209,8 @@ def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list
                         np.ascontiguousarray(e.payload).tobytes())
         return sent
 
-    def on_buffer(function):  # a dense pattern's function, on the case's buffer
-        return lambda mine, tracer: function(mine["buf"].copy(), tracer, OPS["sum"])
-
-    if pattern.startswith("sparse"):
-        from ..sparse.sparse_ring import taught_reduce_scatter
-
-        taught = lambda mine, tracer: taught_reduce_scatter(  # noqa: E731
-            mine["indices"].copy(), mine["values"].copy(), int(mine["n"][0]), tracer)
-    elif pattern == "zero2":
-        taught = lambda mine, tracer: _taught_zero2(  # noqa: E731
-            mine["weights"].copy(), mine["grads"].copy(), tracer, float(mine["lr"][0]))
-    else:
-        taught = on_buffer(_reference_function(pattern))
-    others = [on_buffer(other) for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
-    return [sent_by(taught), *map(sent_by, others)]
+    others = [_on_buffer(other) for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
+    return [sent_by(_taught(pattern)), *map(sent_by, others)]
 
 
 def _taught_zero2(weights, grads, comm, lr: float) -> None:
@@ -286,22 +295,46 @@ def compare(name: str, pattern: str, trace, n: int, dtype: str = "int64") -> str
     return None
 
 
+def content_problem(name: str, pattern: str, n: int, given: list[dict], events) -> str | None:
+    """Where a pattern says what its messages carry (:attr:`Pattern.carries`), the labs'
+    check compares them too, as the grader does: ``events`` are every rank's, traced with
+    their payloads, for the case whose inputs are ``given``."""
+    orders = payloads(pattern, given)
+    sent: dict[tuple[int, int], list[bytes]] = {}
+    for mine in events:
+        for e in mine:
+            if e.kind == "send" and e.count:
+                sent.setdefault((e.rank, e.peer), []).append(
+                    np.ascontiguousarray(e.payload).tobytes())
+    if any(sent == order for order in orders):
+        return None
+    taught = orders[0]
+    for (source, dest), messages in sorted(taught.items()):
+        theirs = sent.get((source, dest), [])
+        for index, message in enumerate(messages):
+            if index >= len(theirs) or theirs[index] != message:
+                return (f"{name} for n = {n} on {len(given)} ranks: rank {source}'s message "
+                        f"{index + 1} to rank {dest} does not hold what {PATTERNS[pattern].algorithm} "
+                        f"sends there: {PATTERNS[pattern].carries}")
+    return (f"{name} for n = {n} on {len(given)} ranks sent messages that "
+            f"{PATTERNS[pattern].algorithm} does not: {PATTERNS[pattern].carries}")
+
+
 def pattern_problem(name: str, pattern: str, n: int, size: int, events, calls=None,
                     allreduce_counts=None, give_up=None, dtype: str = "int64") -> str | None:
     """The pattern check for one case of ``n`` elements of ``dtype``, from every rank's
-    events (sends, receives, waits) and, for a pattern made of the library's entry points
-    (:data:`ENTRY_POINTS`), how many times each rank called each (``calls``, a dict per
-    rank; the grader's runs, which route those calls' messages, give ``None`` for the
-    phases) and, when known, how many elements each allreduce reduced.  Linear in the
-    events; ``give_up`` as :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
+    events (sends, receives, waits) and, for ``one_allreduce``, how many times each rank
+    called each entry point (``calls``, a dict per rank) and, when known, how many elements
+    each allreduce reduced.  Linear in the events; ``give_up`` as
+    :class:`allreduce.trace.Trace` takes it (the grader's deadline)."""
     from ..trace import Trace
 
-    for rank, made in enumerate(calls or []):
-        for entry in ENTRY_POINTS.get(pattern, ()):
-            if made.get(entry) != 1:
-                return (f"your {name} called allreduce.{entry} {made.get(entry)} times on rank "
-                        f"{rank} for n = {n} on {size} ranks; it must {PATTERNS[pattern].does}")
     if pattern == "one_allreduce":
+        for rank, made in enumerate(calls or []):
+            if made.get("allreduce") != 1:
+                return (f"your {name} called allreduce.allreduce {made.get('allreduce')} times "
+                        f"on rank {rank} for n = {n} on {size} ranks; it must "
+                        f"{PATTERNS[pattern].does}")
         total = 6 * n  # three gradients of n, 2n and 3n elements
         for rank, counts in enumerate(allreduce_counts or []):
             if counts and counts != [total]:
