@@ -295,6 +295,51 @@ def test_a_refused_request_names_the_lowest_rank_whichever_came_first(frame, say
         case.handle(2, {"op": "result"}, [])
 
 
+def _send(case, rank, peer, data: bytes, request: int = 1):
+    case.handle(rank, {"op": "isend", "id": request, "peer": peer, "tag": 0, "dtype": "uint8",
+                       "count": len(data)}, [data])
+
+
+@pytest.mark.parametrize("first", [3, 1])
+def test_a_message_s_content_is_judged_the_same_whichever_rank_sent_first(first):
+    """The first wrong message in the order frames came was reported: five gradings of one
+    submission named five different ones."""
+    from allreduce.grading.matching import Case
+
+    taught = {(1, 0): [b"\x01"], (3, 2): [b"\x03"]}
+    case = Case(_Quiet(4), taught)
+    for rank in (first, 4 - first):
+        _send(case, rank, rank - 1, b"\x09")
+    assert case._content().startswith("rank 1's message 1 to rank 0 did not hold")
+
+
+@pytest.mark.parametrize("first", [3, 1])
+def test_a_size_mismatch_names_the_lowest_sender_whichever_came_first(first):
+    from allreduce.grading.matching import Case, Failure
+
+    case = Case(_Quiet(4))
+    for rank in (first, 4 - first):  # rank r sends 1 byte to r - 1, which posted 2
+        _send(case, rank, rank - 1, b"\x00")
+        _message(case, rank - 1, "irecv", 1, rank, 2)
+    for rank in (3, 1):
+        case.handle(rank, {"op": "result"}, [])
+    case.handle(0, {"op": "wait", "ids": [1]}, [])
+    with pytest.raises(Failure, match=r"^rank 1 sent 1 uint8 element to rank 0, which posted a "
+                                      "receive for 2 uint8 elements"):
+        case.handle(2, {"op": "wait", "ids": [1]}, [])
+
+
+def test_an_allreduce_request_of_the_wrong_types_fails_the_case_not_the_grader():
+    """A list as the op raised TypeError (unhashable) inside the judge."""
+    from allreduce.grading.matching import Case, Failure
+
+    case = Case(_Quiet(2))
+    header = {"op": "allreduce", "dtype": "float64", "count": 1, "reduce": ["sum"]}
+    case.handle(0, header, [bytes(8)])
+    with pytest.raises(Failure, match="which the grader does not reduce"):
+        case.handle(1, header, [bytes(8)])
+
+
 def test_a_malformed_allreduce_names_its_rank():
     from allreduce.grading.matching import Case, Failure
 
@@ -344,7 +389,7 @@ def test_messages_fit_one_order_of_steps_whole():
         case = Case(_Quiet(2), orders, "uint8")
         for rank, peer, data in messages:
             case._compare(rank, peer, "uint8", data)
-        return case.content
+        return case._content()
 
     taught = {(0, 1): [b"\x01", b"\x02"], (1, 0): [b"\x03", b"\x04"]}
     other = {(0, 1): [b"\x05", b"\x06"], (1, 0): [b"\x07", b"\x08"]}
@@ -438,7 +483,7 @@ return [piece.reshape(g.shape) for piece, g in zip(pieces, grads)]"""
     ("40_tree_allreduce", "recursive_doubling", FOUR_ROUNDS, "on 2 ranks: rank 0 addressed rank 2"),
     ("50_ring_allreduce", "reduce_scatter", RING_MOD_4, r"for n = \d+ on 3 ranks"),
     ("50_ring_allreduce", "reduce_scatter", RING_INT64,
-     r"for n = 1001 on 4 ranks.*\[in float32, after the int64 cases were right"),
+     r"for n = 1001 (in float32 )?on 4 ranks.*\[in float32, after the int64 cases were right"),
     ("75_sparse", "sparse_reduce_scatter", SPARSE_INT64,
      r"for n = 1001.*\[in float32, after the int64 cases were right.*than `values`"),
     ("10_data_parallel", "average_gradients", MEAN_OVER_4, "on 2 ranks: rank 0, gradient 0"),
@@ -473,6 +518,17 @@ return"""
 ZERO2_NO_ALLGATHER = """\
 lo, hi = allreduce.reduce_scatter(flat_grads, comm)
 flat_weights[lo:hi] -= lr * flat_grads[lo:hi]
+return"""
+
+ZERO2_LR_WRITTEN_IN = """\
+lo, hi = allreduce.reduce_scatter(flat_grads, comm)
+flat_weights[lo:hi] -= 2 * flat_grads[lo:hi]  # a learning rate the check once used
+allreduce.allgather(flat_weights, comm)
+return"""
+
+ZERO2_NO_UPDATE = """\
+allreduce.reduce_scatter(flat_grads, comm)
+allreduce.allgather(flat_weights, comm)
 return"""
 
 ZERO2_OWN_RING = """\
@@ -528,8 +584,10 @@ def test_the_library_s_phases_are_offered_to_the_zero2_step_only(root, code):
     (ZERO2_GATHERS_GRADIENTS, "rank 0's message 1 to rank 1 did not hold the data .*; a "
                               "ZeRO-2 step's reduce-scatter sends the gradients' partial sums"),
     (ZERO2_NO_ALLGATHER, r"rank 1, chunk 0 .* \(not updated: did the all-gather"),
+    (ZERO2_LR_WRITTEN_IN, r"expected the weight less lr = [14] times"),
+    (ZERO2_NO_UPDATE, r"rank 0, chunk 0 .* \(not updated: its own chunk, which it must"),
 ], ids=["the key", "its own ring, the same messages", "through allreduce.api", "DDP's allreduce",
-        "an all-gather of the gradients", "no all-gather"])
+        "an all-gather of the gradients", "no all-gather", "lr written in", "no update"])
 def test_the_zero2_step_is_graded_on_what_its_phases_carry(root, code, wanted):
     """Lab 65's ZeRO-2 step (ungraded until 2026-11-27): a graded run's reduce_scatter and
     allgather are the ring's, whose messages the judge compares with the library's ring

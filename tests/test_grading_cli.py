@@ -232,11 +232,15 @@ def test_the_lowest_failing_rank_is_named_every_time(root, tmp_path, key):
 
 def test_the_lowest_rank_whose_process_ended_is_named(root, tmp_path, key):
     """Ranks 3 and then 1 end their processes, 0 and 2 wait for them: rank 1 is named (the
-    judge named whichever rank's socket closed first)."""
+    judge named whichever rank's socket closed first), with what it printed last (the first
+    rank's that printed anything was shown)."""
     mine = nbformat.from_dict(key)
     for cell in mine.cells:
         if grading.role(cell) == ("reduce_scatter", "solution"):
             cell.source = _body(cell.source, 'import os, time\n'
+                                             'import sys\n'
+                                             'print(f"last words of rank {comm.rank}", '
+                                             'file=sys.stderr, flush=True)\n'
                                              'if comm.rank in (1, 3):\n'
                                              '    time.sleep(0.5 if comm.rank == 1 else 0)\n'
                                              '    os._exit(3)')
@@ -246,6 +250,7 @@ def test_the_lowest_rank_whose_process_ended_is_named(root, tmp_path, key):
     message = graded.results["reduce_scatter"].message
     assert "reduce_scatter for n = 1 on 4 ranks: rank 1's process ended without answering" \
         in message, message  # which case too: the first, where rank 1 ended
+    assert message.endswith("[it printed: last words of rank 1]"), message  # not rank 0's
 
 
 def test_a_rank_lost_while_loading_is_said_to_be_lost_while_loading(root, tmp_path, key):

@@ -63,9 +63,12 @@ class Judge:
         frame = wire.pack(header, blobs)
         self.outbox[rank].append(memoryview(frame))
         self.unread[rank] += len(frame)
-        if self.unread[rank] > MAX_UNREAD:
-            raise Failure(f"rank {rank} did not read the grader's replies (more than "
-                          f"{MAX_UNREAD >> 20} MiB of them waited)")
+        if self.unread[rank] > MAX_UNREAD:  # that rank's failure, the lowest one reported
+            self.outbox[rank].clear()
+            self.unread[rank] = 0
+            self._lose(rank, f"rank {rank} did not read the grader's replies (more than "
+                             f"{MAX_UNREAD >> 20} MiB of them waited)")
+            return
         self._flush(rank)
 
     def _flush(self, rank: int) -> None:

@@ -105,9 +105,11 @@ class Case:
         self.dtype = dtype
         if isinstance(expected, dict):
             expected = [expected]
-        self.expected, self.content = expected, None
-        self.alive = list(range(len(expected or ())))  # the orders every message so far fits
-        self.compared: dict[tuple[int, int], int] = defaultdict(int)
+        self.expected = expected
+        #: for each (rank, peer), the orders of steps each message so far fits; for each
+        #: (order, rank, peer), the first message that misfits it: (index, dtype, data)
+        self.carried: dict[tuple[int, int], list[frozenset]] = defaultdict(list)
+        self.misfit: dict[tuple[int, int, int], tuple[int, str, bytes]] = {}
         self.events: list[list[Event]] = [[] for _ in range(size)]
         self.kinds: list[dict[int, tuple[str, int]]] = [{} for _ in range(size)]  # id: kind, event
         self.sends: dict = defaultdict(deque)  # (source, dest, tag): sends not yet received
@@ -129,12 +131,14 @@ class Case:
     # -- one frame
     def handle(self, rank: int, header: dict, blobs: list[bytes]) -> None:
         op = header.get("op")
-        self.requests[rank] += 1
-        if self.requests[rank] > MAX_EVENTS:
-            raise Failure(f"rank {rank} made more than {MAX_EVENTS} requests (sends, receives, "
-                          "waits, collectives) in one case")
         if self.state[rank] == ("error",):
             return  # what a failed rank sends next: the case fails with the lowest one's
+        self.requests[rank] += 1
+        if self.requests[rank] > MAX_EVENTS:
+            self.unlabelled.add(rank)
+            self._fail(rank, f"rank {rank} made more than {MAX_EVENTS} requests (sends, "
+                             "receives, waits, collectives) in one case")
+            return
         if op == "error":
             where = f" ({clean(header['where'], 120)})" if header.get("where") else ""
             self._fail(rank, clean(header.get("message")) + where)
@@ -217,50 +221,59 @@ class Case:
         self._match(key)
 
     def _compare(self, rank: int, peer: int, dtype: str, data: bytes) -> None:
-        """Keep the first message whose content is not what the taught algorithm sends at
-        that step (compared as it arrives: nothing of it is held).  The verdict reads it
-        after the values and the pattern, whose messages say more."""
-        index = self.compared[rank, peer]
-        self.compared[rank, peer] += 1
-        if self.content is not None:
-            return
-        def sent_there(order: int) -> list[bytes]:
-            return self.expected[order].get((rank, peer), [])
+        """Note which orders of steps this message fits (compared as it arrives: nothing of it
+        is held but the first message that misfits an order, for each order and pair of
+        ranks).  :meth:`_content` reads the verdict after the values and the pattern, whose
+        messages say more."""
+        sent = self.carried[rank, peer]
+        index = len(sent)
+        fits = frozenset(order for order, messages in enumerate(self.expected)
+                         if index < len(there := messages.get((rank, peer), []))
+                         and data == there[index])
+        sent.append(fits)
+        for order in range(len(self.expected)):
+            if order not in fits:
+                self.misfit.setdefault((order, rank, peer), (index, dtype, data))
 
-        fits = [order for order in self.alive
-                if index < len(sent_there(order)) and data == sent_there(order)[index]]
-        if fits:
-            self.alive = fits
-            return
-        wanted = sent_there(self.alive[0])  # the first order that every message so far fit
+    def _content(self) -> str | None:
+        """The first message, by rank, peer and step, that does not hold what the order of
+        steps it comes closest to sends there (the taught order first among equals); the
+        same whichever rank's messages came first."""
+        if self.expected is None:
+            return None
+        misses = [sum(1 for key in self.misfit if key[0] == order)
+                  for order in range(len(self.expected))]
+        order = min(range(len(misses)), key=lambda o: (misses[o], o))
+        if not misses[order]:
+            return None
+        (_, rank, peer), (index, dtype, data) = min(
+            (key, found) for key, found in self.misfit.items() if key[0] == order)
+        wanted = self.expected[order].get((rank, peer), [])
         what = f"rank {rank}'s message {index + 1} to rank {peer}"
         if index >= len(wanted):
-            self.content = f"{what} is one more than the taught algorithm sends there"
-            return
+            return f"{what} is one more than the taught algorithm sends there"
         item = np.dtype(dtype).itemsize
         mine = np.frombuffer(data, dtype)
         if _recast(mine, wanted[index], self.dtype):
-            self.content = (f"{what} carried {dtype} data where the taught algorithm sends "
-                            f"{self.dtype}, the buffer's own dtype, with the same values: "
-                            "send slices of buf (or arrays of its dtype)")
-            return
+            return (f"{what} carried {dtype} data where the taught algorithm sends "
+                    f"{self.dtype}, the buffer's own dtype, with the same values: "
+                    "send slices of buf (or arrays of its dtype)")
         if len(data) != len(wanted[index]):
             sizes = [f"{size} byte{'' if size == 1 else 's'}"
                      for size in (len(data), len(wanted[index]))]
-            self.content = (f"{what} held {sizes[0]} ({_elements(len(mine), dtype)}) where "
-                            f"the taught algorithm sends {sizes[1]} at that step: check its "
-                            "length and its dtype against the lab's")
-            return
+            return (f"{what} held {sizes[0]} ({_elements(len(mine), dtype)}) where "
+                    f"the taught algorithm sends {sizes[1]} at that step: check its "
+                    "length and its dtype against the lab's")
         theirs = np.frombuffer(wanted[index][: len(wanted[index]) // item * item], dtype)
         common = min(len(mine), len(theirs))
         differ = np.flatnonzero(mine[:common] != theirs[:common])
         shown = (f" (element {differ[0]}: {mine[differ[0]].item()}, where the taught algorithm "
                  f"has {theirs[differ[0]].item()})" if len(differ) else "")
-        self.content = (f"{what} did not hold the data the taught algorithm sends at that "
-                        f"step{shown}: each message must carry what the taught algorithm's "
-                        "steps, in the taught order, have given that rank through comm, added "
-                        "up (another order of steps, even a correct one, sends other data; "
-                        "data that reached a rank any other way does not count)")
+        return (f"{what} did not hold the data the taught algorithm sends at that "
+                f"step{shown}: each message must carry what the taught algorithm's "
+                "steps, in the taught order, have given that rank through comm, added "
+                "up (another order of steps, even a correct one, sends other data; "
+                "data that reached a rank any other way does not count)")
 
     def _match(self, key) -> None:
         source, dest, _ = key
@@ -273,10 +286,14 @@ class Case:
                 differ = "on the chunk" if dtype == want_dtype else (
                     "on the dtype (they must use the same one)"
                     if count == want_count or same_bytes else "on the chunk and the dtype")
-                raise Failure(
+                # the sender's failure (the receive never completes): reported once no rank
+                # can go on, as the lowest failed rank's, whichever mismatch came first
+                self.errors.setdefault(source, (
                     f"rank {source} sent {_elements(count, dtype)} to rank {dest}, which posted "
                     f"a receive for {_elements(want_count, want_dtype)}: sender and receiver "
-                    f"disagree {differ}")
+                    f"disagree {differ}"))
+                self.unlabelled.add(source)
+                continue
             self.arrived[dest][request] = data
 
     # -- moving on
@@ -332,7 +349,8 @@ class Case:
             shown = "; ".join(f"rank {r}: {clean(c[1], 20)} {clean(c[0], 10)} elements, "
                               f"{clean(c[2], 10)}" for r, c in enumerate(calls))
             raise Failure(f"the ranks' allreduce.allreduce calls disagree ({shown})")
-        if dtype not in wire.DTYPES or op not in _REDUCE or not isinstance(count, int):
+        if not isinstance(dtype, str) or dtype not in wire.DTYPES or not isinstance(op, str) \
+                or op not in _REDUCE or not isinstance(count, int):
             raise Failure(f"allreduce.allreduce was called with op {clean(op, 20)!r} on "
                           f"{clean(dtype, 20)} data, which the grader does not reduce")
         if op == "mean" and not np.issubdtype(np.dtype(dtype), np.floating):
@@ -382,4 +400,4 @@ class Case:
 
     def outcome(self) -> Outcome:
         return Outcome([(s[1], s[2]) for s in self.state], self.events, self.allreduces,
-                       self.collectives, self.content, self.sums, self.contributions)
+                       self.collectives, self._content(), self.sums, self.contributions)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import secrets
 import socket
 import time
@@ -141,8 +142,10 @@ def _graded_on(size: int, spec: Spec, code: Code, timeout: float, sandboxed: boo
         return 1.0, line, warning
     except Failure as failure:
         message = str(failure)
-        printed = next((s.output().strip() for s in sandboxes if s.output().strip()), "")
-        if "ended without answering" in message and printed:
+        ended = re.search(r"rank (\d+)'s process ended without answering", message)
+        printed = sandboxes[int(ended[1])].output().strip() \
+            if ended and int(ended[1]) < len(sandboxes) else ""
+        if printed:  # that rank's own last line
             message += f" [it printed: {clean(printed.splitlines()[-1], 200)}]"
         return 0.0, message, warning
     except Exception as error:  # noqa: BLE001 - one exercise's problem, never the class's
@@ -215,7 +218,8 @@ def _ranks(judge: Judge, spec: Spec, case_limit: float, seed: int, size: int,
                              "given": wire.encode(given[rank], blobs)}, blobs))
         deadline = time.monotonic() + timeout  # the case's, and its pattern check's
         buffer = given[0].get("buf", given[0].get("grads"))  # the messages' dtype
-        label = f"{spec.function} for n = {n} on {size} ranks" + (
+        label = f"{spec.function} for n = {n}" + (
+            "" if dtype == checks.CHECK_DTYPE else f" in {dtype}") + f" on {size} ranks" + (
             _LEFT if timeout < case_limit else "")
         try:
             outcome = judge.case(headers, timeout, label, payloads(spec.pattern, given),

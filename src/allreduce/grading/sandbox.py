@@ -313,9 +313,10 @@ class Sandbox:
 
     def _drain(self) -> None:
         """Keep the first 8 KiB of what the sandbox prints on stderr; drop the rest (a flood
-        must neither fill memory nor block the run)."""
+        must neither fill memory nor block the run), as it comes (``read1``: ``read`` waited
+        for 64 KiB or the end, so a rank that died held its last words back until then)."""
         kept = 0
-        while chunk := self.process.stderr.read(65536):
+        while chunk := self.process.stderr.read1(65536):
             if kept < 8192:
                 self.stderr.append(chunk[: 8192 - kept])
                 kept += len(chunk)

@@ -33,10 +33,11 @@ CHECK_COUNTS = (1, 3, 4, 7, 12, 1001)
 CHECK_DTYPE, OTHER_DTYPE = "int64", "float32"
 PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average_gradients",
           "sparse_reduce_scatter", "zero2_step")
-#: The learning rate of the ZeRO-2 step's check: 2, so that ``lr * sum`` and the weights
-#: less it stay exact even in float32 (even integers up to 2**25), and a step that leaves
-#: ``lr`` out is wrong.
-ZERO2_LR = 2.0
+#: The learning rates of the ZeRO-2 step's check, one drawn per case: powers of two, with
+#: weights that are multiples of 4, so that the weights less ``lr`` times the sum stay exact
+#: even in float32; drawn, so that a step that leaves ``lr`` out, or writes one of them in,
+#: is wrong.
+ZERO2_LRS = (1, 2, 4)
 
 
 def _ranks(bits: int, size: int) -> str:
@@ -69,11 +70,12 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
         dtype = "float64" if dtype == CHECK_DTYPE else dtype
         secret = rng.integers(0, 1 << bits, (size, n))
         grads = [(1 << rank) + (secret[rank] << size) for rank in range(size)]
-        total = np.sum(grads, axis=0, dtype=np.int64)
-        weights = 2 * rng.integers(0, 1 << (bits + size), n)
+        total = np.sum(grads, axis=0, dtype=np.int64)  # below 2**24 in float32
+        weights = 4 * rng.integers(0, 1 << (bits + size - 2), n)  # below it too
+        lr = int(rng.choice(ZERO2_LRS))
         return ([{"weights": weights.astype(dtype), "grads": g.astype(dtype),
-                  "lr": np.array([ZERO2_LR])} for g in grads],
-                {"weights": weights - int(ZERO2_LR) * total, "sum": total})
+                  "lr": np.array([float(lr)])} for g in grads],
+                {"weights": weights - lr * total, "sum": total, "lr": lr})
     if phase == "average_gradients":
         shapes = [(n,), (2, n), (n, 3, 1)]
         grads = [[rng.integers(-8, 9, shape).astype(np.float64) for shape in shapes]
@@ -117,7 +119,9 @@ def described(phase: str, size: int, counts=CHECK_COUNTS) -> str:
 #: Failures that say what went wrong other than a dtype: :func:`in_dtype` adds no hint.
 NOT_THE_DTYPE = ("did not finish", "deadlock", "MemoryError", "ended without answering",
                  "interrupted", "made more than", "did not read", "were sent and not received",
-                 "used up the exercise")
+                 "used up the exercise", "spoke out of turn", "unknown request",
+                 "never made", "twice in one wait", "broke the grader's protocol",
+                 "different collectives", "malformed", "addressed rank")
 
 
 def in_dtype(problem: str | None, phase: str, dtype: str) -> str | None:
@@ -251,15 +255,16 @@ def _zero2_wrong(name, n, rank, size, weights, expected) -> str | None:
     bad = np.flatnonzero(weights != want)
     if not len(bad):
         return None
-    i = int(bad[0])
+    i, lr = int(bad[0]), expected["lr"]
     chunk = next(c for c in range(size) if chunk_bounds(n, size, c)[1] > i)
     lo, hi = chunk_bounds(n, size, chunk)
-    before = want[i] + int(ZERO2_LR) * expected["sum"][i]
-    why = (" (not updated: did the all-gather bring it from its owner?)"
-           if weights[i] == before else "")
+    why = ""
+    if weights[i] == want[i] + lr * expected["sum"][i]:  # as the step found it
+        why = (" (not updated: its own chunk, which it must update)" if chunk == rank else
+               " (not updated: did the all-gather bring it from its owner?)")
     return (f"{name} is wrong for n = {n} on {size} ranks: rank {rank}, chunk {chunk} "
             f"(elements {lo}..{hi - 1}, rank {chunk}'s to update), element {i}: expected "
-            f"the weight less lr = {ZERO2_LR:g} times the sum of the ranks' gradients, "
+            f"the weight less lr = {lr} times the sum of the ranks' gradients, "
             f"{want[i]}, got {weights[i]}{why}")
 
 

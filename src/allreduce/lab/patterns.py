@@ -264,7 +264,8 @@ def _listing(messages: Counter, towards: str) -> str:
         return "no message"
     count, elements = sum(messages.values()), sum(c * k for (_, c), k in messages.items())
     peers = sorted({peer for peer, _ in messages})
-    return (f"{count} message{'s' * (count != 1)} ({elements} elements) {towards} "
+    return (f"{count} message{'s' * (count != 1)} ({elements} element{'s' * (elements != 1)}) "
+            f"{towards} "
             f"rank{'s' * (len(peers) != 1)} {', '.join(map(str, peers))}")
 
 
