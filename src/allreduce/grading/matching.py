@@ -106,9 +106,9 @@ class Case:
         if isinstance(expected, dict):
             expected = [expected]
         self.expected = expected
-        #: for each (rank, peer), the orders of steps each message so far fits; for each
-        #: (order, rank, peer), the first message that misfits it: (index, dtype, data)
-        self.carried: dict[tuple[int, int], list[frozenset]] = defaultdict(list)
+        #: the messages compared so far from each rank to each peer, and for each (order,
+        #: rank, peer) the first message that misfits that order: (index, dtype, data)
+        self.compared: dict[tuple[int, int], int] = defaultdict(int)
         self.misfit: dict[tuple[int, int, int], tuple[int, str, bytes]] = {}
         self.events: list[list[Event]] = [[] for _ in range(size)]
         self.kinds: list[dict[int, tuple[str, int]]] = [{} for _ in range(size)]  # id: kind, event
@@ -225,14 +225,11 @@ class Case:
         is held but the first message that misfits an order, for each order and pair of
         ranks).  :meth:`_content` reads the verdict after the values and the pattern, whose
         messages say more."""
-        sent = self.carried[rank, peer]
-        index = len(sent)
-        fits = frozenset(order for order, messages in enumerate(self.expected)
-                         if index < len(there := messages.get((rank, peer), []))
-                         and data == there[index])
-        sent.append(fits)
-        for order in range(len(self.expected)):
-            if order not in fits:
+        index = self.compared[rank, peer]
+        self.compared[rank, peer] += 1
+        for order, messages in enumerate(self.expected):
+            there = messages.get((rank, peer), [])
+            if index >= len(there) or data != there[index]:
                 self.misfit.setdefault((order, rank, peer), (index, dtype, data))
 
     def _content(self) -> str | None:
