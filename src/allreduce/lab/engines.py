@@ -39,11 +39,11 @@ def patient(world, patience: float = 5.0) -> Communicator:
 
         def __init__(self, comm):
             super().__init__(comm)
-            self._posted: dict[int, tuple[int, object]] = {}  # a receive's source and buffer
+            self._posted: dict[int, tuple] = {}  # a receive's request, source and buffer
 
         def irecv(self, buf, source: int, tag: int = 0):
             request = super().irecv(buf, source, tag)
-            self._posted[id(request)] = (source, buf)
+            self._posted[id(request)] = (request, source, buf)  # (it keeps its id its own)
             return request
 
         def waitall(self, requests):
@@ -70,7 +70,8 @@ def patient(world, patience: float = 5.0) -> Communicator:
                 for request, status in zip(requests, statuses):
                     error = status.Get_error()
                     if error != MPI.SUCCESS and MPI.Get_error_class(error) == MPI.ERR_TRUNCATE:
-                        source, buf = self._posted.get(id(request), (status.Get_source(), None))
+                        _, source, buf = self._posted.get(id(request),
+                                                          (None, status.Get_source(), None))
                         count = None if buf is None else int(np.prod(buf.shape))
                         posted = "" if buf is None else \
                             f" of {count} {buf.dtype} element{'s' * (count != 1)}"
