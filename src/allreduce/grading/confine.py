@@ -4,9 +4,9 @@ holds it to that (see :mod:`allreduce.grading.run`).
 Outside, :func:`plan` says which of the library's files a run gets: the rank's own modules
 and the helpers its exercise needs, nothing that holds the library's algorithms or the
 check's reference (but the ring, for the exercise whose pattern is made of the library's
-phases: lab 65's ZeRO-2 step).  The sandbox (:mod:`allreduce.grading.sandbox`) binds only those files,
-so the others' source is not there to read, import or execute; the judge, in the grader's
-process, keeps the whole library.
+phases: lab 65's ZeRO-2 step).  The sandbox (:mod:`allreduce.grading.sandbox`) binds only
+those files, so the others' source is not there to read, import or execute; the judge, in
+the grader's process, keeps the whole library.
 
 Inside, each rank process starts as ``python -I .../allreduce/grading/confine.py CONFIG FD``
 (a file, not ``-m``: nothing of the package is imported before the rules are in place).  It

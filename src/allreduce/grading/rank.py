@@ -158,7 +158,8 @@ class Rank:
         from ..lab.patterns import ENTRY_POINTS
 
         given = {k: v.copy() for k, v in wire.decode(header["given"], blobs).items()}
-        guard = Guard(self.spec["function"], allowed=ENTRY_POINTS.get(self.spec["pattern"], ()))
+        guard = Guard(self.spec["function"],
+                      allowed=ENTRY_POINTS.get(self.spec["pattern"], ()))
         with guard:
             got = checks.run(self.spec["phase"], function, checks.facade(comm, guard.trusted), given)
         return {"got": wire.encode(got, out), "violation": guard.violation}, out

@@ -12,8 +12,9 @@ What a rank sees and may do:
 * read-only: the system (``/usr``, ``/etc``), the interpreter, the environment (``.venv``),
   and of the library only the files its run's plan lists (:mod:`allreduce.grading.confine`):
   the rank's own modules and the helpers its exercise needs, never an algorithm (but the
-  ring for lab 65's ZeRO-2 step, which uses the library's phases) or the check's reference; nothing else of the course repository (no ``labs/``, ``.git``,
-  ``_build/``, ``student/``, no other submission, no scores, no home);
+  ring for lab 65's ZeRO-2 step, which uses the library's phases) or the check's reference;
+  nothing else of the course repository (no ``labs/``, ``.git``, ``_build/``,
+  ``student/``, no other submission, no scores, no home);
 * writable: a private ``/tmp`` and its run folder, both in memory, size-capped and gone
   when it ends; nothing on the disk at all.  Its code and data come over its socket;
 * a syscall filter (:mod:`allreduce.grading.seccomp`, ``bwrap --seccomp``), as root too:

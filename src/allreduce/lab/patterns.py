@@ -314,9 +314,10 @@ def content_problem(name: str, pattern: str, n: int, given: list[dict], events) 
         theirs = sent.get((source, dest), [])
         for index, message in enumerate(messages):
             if index >= len(theirs) or theirs[index] != message:
+                want = PATTERNS[pattern]
                 return (f"{name} for n = {n} on {len(given)} ranks: rank {source}'s message "
-                        f"{index + 1} to rank {dest} does not hold what {PATTERNS[pattern].algorithm} "
-                        f"sends there: {PATTERNS[pattern].carries}")
+                        f"{index + 1} to rank {dest} does not hold what {want.algorithm} "
+                        f"sends there: {want.carries}")
     return (f"{name} for n = {n} on {len(given)} ranks sent messages that "
             f"{PATTERNS[pattern].algorithm} does not: {PATTERNS[pattern].carries}")
 
