@@ -38,6 +38,8 @@ PHASES = ("reduce_scatter", "allgather", "reduce_to_root", "allreduce", "average
 #: even in float32; drawn, so that a step that leaves ``lr`` out, or writes one of them in,
 #: is wrong.
 ZERO2_LRS = (1, 2, 4)
+#: Its weights and gradients in the cases :func:`cases` lists in :data:`CHECK_DTYPE`.
+ZERO2_DTYPE = "float64"
 
 
 def _ranks(bits: int, size: int) -> str:
@@ -67,7 +69,7 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
         return [{"indices": i, "values": v, "n": np.array([n])}
                 for i, v in zip(supports, values)], expected
     if phase == "zero2_step":  # float gradients (the buffer's bit sets) and one set of weights
-        dtype = "float64" if dtype == CHECK_DTYPE else dtype
+        dtype = ZERO2_DTYPE if dtype == CHECK_DTYPE else dtype
         secret = rng.integers(0, 1 << bits, (size, n))
         grads = [(1 << rank) + (secret[rank] << size) for rank in range(size)]
         total = np.sum(grads, axis=0, dtype=np.int64)  # below 2**24 in float32
@@ -98,7 +100,7 @@ def inputs(phase: str, n: int, size: int, rng: np.random.Generator, dtype: str =
 
 def cases(phase: str, size: int, counts=CHECK_COUNTS) -> list[tuple[int, str]]:
     """A check's cases on ``size`` ranks, ``(n, dtype)``: every count in
-    :data:`CHECK_DTYPE` (which :func:`inputs` makes float64 for ``zero2_step``), then the
+    :data:`CHECK_DTYPE` (:data:`ZERO2_DTYPE` for ``zero2_step``), then the
     largest in :data:`OTHER_DTYPE` where its significand
     leaves room for the secrets (up to 12 ranks), not for ``average_gradients`` (whose
     gradients are float64 in every case)."""
@@ -130,7 +132,7 @@ def in_dtype(problem: str | None, phase: str, dtype: str) -> str | None:
     if not problem or dtype == CHECK_DTYPE or any(word in problem for word in NOT_THE_DTYPE):
         return problem
     arrays = {"sparse_reduce_scatter": "`values`", "zero2_step": "the weights"}.get(phase, "`buf`")
-    first = "float64" if phase == "zero2_step" else CHECK_DTYPE
+    first = ZERO2_DTYPE if phase == "zero2_step" else CHECK_DTYPE
     return (f"{problem} [in {dtype}, after the {first} cases were right: does it make "
             f"arrays of another dtype than {arrays}?]")
 

@@ -201,16 +201,22 @@ def payloads(pattern: str, given: list[dict]) -> list[dict[tuple[int, int], list
             run(given[comm.rank], tracer)
             return tracer.events
 
-        sent: dict[tuple[int, int], list[bytes]] = {}
-        for events in run_threads(size, body, timeout=30):
-            for e in events:
-                if e.kind == "send" and e.count:
-                    sent.setdefault((e.rank, e.peer), []).append(
-                        np.ascontiguousarray(e.payload).tobytes())
-        return sent
+        return _sent(run_threads(size, body, timeout=30))
 
     others = [_on_buffer(other) for other, sizes in ALSO_TAUGHT.get(pattern, ()) if sizes(size)]
     return [sent_by(_taught(pattern)), *map(sent_by, others)]
+
+
+def _sent(events) -> dict[tuple[int, int], list[bytes]]:
+    """From every rank's events traced with their payloads: for each ``(source, dest)``, the
+    bytes of each non-empty message, in the order they were sent."""
+    sent: dict[tuple[int, int], list[bytes]] = {}
+    for mine in events:
+        for e in mine:
+            if e.kind == "send" and e.count:
+                sent.setdefault((e.rank, e.peer), []).append(
+                    np.ascontiguousarray(e.payload).tobytes())
+    return sent
 
 
 def _taught_zero2(weights, grads, comm, lr: float) -> None:
@@ -300,13 +306,7 @@ def content_problem(name: str, pattern: str, n: int, given: list[dict], events) 
     """Where a pattern says what its messages carry (:attr:`Pattern.carries`), the labs'
     check compares them too, as the grader does: ``events`` are every rank's, traced with
     their payloads, for the case whose inputs are ``given``."""
-    orders = payloads(pattern, given)
-    sent: dict[tuple[int, int], list[bytes]] = {}
-    for mine in events:
-        for e in mine:
-            if e.kind == "send" and e.count:
-                sent.setdefault((e.rank, e.peer), []).append(
-                    np.ascontiguousarray(e.payload).tobytes())
+    orders, sent = payloads(pattern, given), _sent(events)
     if any(sent == order for order in orders):
         return None
     taught = orders[0]
