@@ -104,11 +104,15 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
         if len(indices) != len(values):
             raise ValueError(f"indices and values differ in length: {len(indices)} and "
                              f"{len(values)}")
-        call.indices = indices.astype(np.int64, copy=False)
-        if len(indices) and (call.indices.min() < 0 or call.indices.max() >= n):
-            raise ValueError(f"indices must lie in [0, n) = [0, {n}); found "
-                             f"{int(call.indices.min())} to {int(call.indices.max())}")
-        if len(indices) > 1 and not (np.diff(call.indices) > 0).all():
+        call.indices = ours = indices.astype(np.int64, copy=False)
+        # one pass: strictly increasing indices lie between their first and their last
+        increasing = len(ours) < 2 or bool((ours[1:] > ours[:-1]).all())
+        if len(ours):
+            least, most = (ours[0], ours[-1]) if increasing else (ours.min(), ours.max())
+            if least < 0 or most >= n:
+                raise ValueError(f"indices must lie in [0, n) = [0, {n}); found "
+                                 f"{int(least)} to {int(most)}")
+        if not increasing:
             raise ValueError("indices must be sorted and unique (strictly increasing)")
         if call.op not in SPARSE_OPS:
             raise ValueError(f"sparse_allreduce supports op 'sum' and 'mean' (or 'avg'), got "

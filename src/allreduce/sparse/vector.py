@@ -187,8 +187,8 @@ def decode(packet: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]
     if kind == DENSE:
         split = (hi - lo) * dtype.itemsize
         chunk = body[:split].view(dtype)
-        where = np.flatnonzero(np.unpackbits(body[split:split + -(-(hi - lo) // 8)],
-                                             count=hi - lo))
+        bits = np.unpackbits(body[split:split + -(-(hi - lo) // 8)], count=hi - lo)
+        where = np.flatnonzero(bits.view(bool))  # 0 or 1: as bools, numpy's faster nonzero
         return where + lo, chunk[where].copy()
     small = index_dtype(hi)
     split = count * small.itemsize
