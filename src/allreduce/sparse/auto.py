@@ -60,9 +60,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: are a core's rates, the sharing of cores apart (:data:`RANKS_PER_CORE`): merging the
 #: gradients' 4 × 4,000 pairs at 0.1% alone in one process took 0.79 ns per m·lg m, against
 #: the fitted ``"merge"``.
-LOCAL = {"code": 2.87e-9, "code_dense": 4.61e-9, "code_call": 0.0, "merge": 0.312e-9,
-         "merge_dense": 1.3e-9, "merge_call": 35.2e-6, "merge_out": 8.62e-9, "densify": 2.35e-9,
-         "gather": 2.27e-9, "check": 5.94e-9}
+LOCAL = {"code": 2.91e-9, "code_dense": 2.12e-9, "code_call": 0.0, "merge": 0.228e-9,
+         "merge_dense": 0.667e-9, "merge_call": 31.4e-6, "merge_out": 10.4e-9, "densify": 0.592e-9,
+         "gather": 2.08e-9, "check": 5.19e-9}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -70,7 +70,7 @@ LOCAL = {"code": 2.87e-9, "code_dense": 4.61e-9, "code_call": 0.0, "merge": 0.31
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 222e-6, "message": 77.4e-6}
+OVERHEADS = {"call": 207e-6, "message": 73.9e-6}
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
 #: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
