@@ -134,3 +134,37 @@ def test_the_fit_recovers_known_constants():
         for name, value in chosen[table].items():
             assert found[table][name] == pytest.approx(value, rel=0.02, abs=1e-12), (table, name)
     assert auto.LOCAL == saved[0] and auto.OVERHEADS == saved[1]  # the fit leaves them be
+
+
+def test_the_record_was_taken_with_the_constants_in_the_library(rows):
+    """Every prediction and choice in the record is what the library's model gives now
+    (its ``LOCAL``, ``OVERHEADS`` and ``DEFAULT_MODEL``), so a refit without a new record
+    (CONTRIBUTING.md, steps 3 and 4 in that order) fails here rather than leaving chapter
+    95 to judge the new constants by the old ones' predictions.  The points of at most 0.1%
+    density, whose supports rebuild in seconds."""
+    from allreduce.algorithms.auto import DEFAULT_MODEL
+    from allreduce.bench.sparse_inputs import inputs
+    from allreduce.sparse import SPARSE_ALGORITHMS, SPARSE_CHOICES, auto
+    from allreduce.sparse.layout import chunk_counts
+
+    checked = 0
+    points = {(row.supports, row.density, row.n) for row in rows
+              if row.density <= 0.001 and row.predicted is not None}
+    for supports, density, n in sorted(points):
+        indices = [inputs(supports, r, 4, n, density)[0] for r in range(4)]
+        counts = [len(i) for i in indices]
+        for row in rows:
+            if (row.supports, row.density, row.n) != (supports, density, n):
+                continue
+            if row.name in SPARSE_CHOICES:
+                algorithm, boundaries = auto.parse(row.name)
+                assert auto.predict(algorithm, n, counts, 4, DEFAULT_MODEL,
+                                    boundaries=boundaries, supports=indices) == pytest.approx(
+                    row.predicted, rel=1e-9), (supports, density, row.name)
+                checked += 1
+            elif row.name == "auto":
+                loads = [chunk_counts(i, n, 4) for i in indices]
+                assert auto.label(*auto.choose(n, counts, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS,
+                                               loads=loads)) == row.chosen, (supports, density)
+                checked += 1
+    assert checked >= 8 * len(points) > 0

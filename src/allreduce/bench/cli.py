@@ -10,6 +10,7 @@ from .progress import Progress
 from .record import _plot, fit_model, format_table
 from .sweep import sweep
 from .table import LEAST_TIMED, MOST_ITERATIONS, _World, run_table
+from .sparse import MOST_ITERATIONS as SPARSE_MOST
 from .timing import ROUNDS
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -115,7 +116,7 @@ def _parser(sparse: bool):
         parser.add_argument("--least-timed", type=_seconds, default=least_timed,
                             metavar="SECONDS",
                             help="time each call at a density for at least this long: more "
-                                 "iterations for short calls")
+                                 f"iterations for short calls, up to {SPARSE_MOST:,}")
     else:
         parser.add_argument("-b", "--minbytes", default="1K", help="smallest size")
         parser.add_argument("-e", "--maxbytes", default="64M", help="largest size")

@@ -57,9 +57,10 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: and disjoint supports at 0.01-1%), so that the committed record, three later runs
 #: (``chapters/data/sparse_bench_runs.json``, the last also ``sparse_bench_reference.json``),
 #: tests them.  A constant the fit found no use for is 0 (non-negative least squares).  They
-#: are a core's rates, the sharing of cores apart (:data:`RANKS_PER_CORE`): merging the
-#: gradients' 4 × 4,000 pairs at 0.1% alone in one process took 0.79 ns per m·lg m, against
-#: the fitted ``"merge"``.
+#: are a core's rates, the sharing of cores apart (:data:`RANKS_PER_CORE`).  The fit splits
+#: a merge's time among ``"merge_call"``, ``"merge"`` and ``"merge_out"``, so ``"merge"``
+#: alone is below a whole merge's rate: merging the gradients' 4 × 4,000 pairs at 0.1% alone
+#: in one process took 0.79 ns per m·lg m in all.
 LOCAL = {"code": 2.91e-9, "code_dense": 2.12e-9, "code_call": 0.0, "merge": 0.228e-9,
          "merge_dense": 0.667e-9, "merge_call": 31.4e-6, "merge_out": 10.4e-9, "densify": 0.592e-9,
          "gather": 2.08e-9, "check": 5.19e-9}
