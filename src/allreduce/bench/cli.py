@@ -8,9 +8,9 @@ from pathlib import Path
 
 from .progress import Progress
 from .record import _plot, fit_model, format_table
+from .sparse import MOST_ITERATIONS as SPARSE_MOST
 from .sweep import sweep
 from .table import LEAST_TIMED, MOST_ITERATIONS, _World, run_table
-from .sparse import MOST_ITERATIONS as SPARSE_MOST
 from .timing import ROUNDS
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
