@@ -2265,6 +2265,26 @@ def test_ipython_syntax_in_a_solution_cell_runs_as_in_jupyterlab():
     assert space["g"]() == 5
 
 
+def test_an_import_a_graded_run_lacks_costs_a_solution_cell_nothing_it_does_not_use():
+    """A correct solution with an unused ``from mpi4py import MPI`` in its cell scored 0:
+    the ImportError stopped the cell before the function was defined.  Each import of a
+    solution cell is now forgiven as the lab's own are: the name says why when it is used,
+    and the rest of the cell runs; ``from __future__`` stays first."""
+    from allreduce.grading.rank import NOT_IMPORTED, _compiled, _not_imported
+
+    cell = ("from __future__ import annotations\nimport numpy as np, no_such_module\n"
+            "from no_such_package.inner import a, b as c\n\n"
+            "def f(x: np.ndarray) -> int:\n    return int(np.sum(x))\n\nused = no_such_module\n")
+    space: dict = {NOT_IMPORTED: _not_imported}
+    exec(_compiled(cell, "<cell 7>"), space)  # noqa: S102
+    f = space["f"]
+    assert f([1, 2]) == 3 and f.__annotations__["x"] == "np.ndarray"  # annotations: strings
+    with pytest.raises(RuntimeError, match="`c` could not be imported where your code is graded"):
+        space["c"]()
+    with pytest.raises(RuntimeError, match="no_such_module"):
+        space["used"].anything
+
+
 def test_a_labs_imports_reach_the_run_past_its_magics_and_try_blocks():
     """An instructor's lab with %matplotlib inline above its imports, or an import inside
     try, lost those imports in every run: honest students scored 0 with a NameError that

@@ -378,6 +378,30 @@ def test_grading_one_late_notebook_keeps_the_class_scores(root, tmp_path, key, m
     assert [row.split(",")[0] for row in out.read_text().splitlines()[1:]] == ["bob"]
 
 
+def test_grading_another_lab_into_the_same_out_keeps_the_first_labs_results(
+        root, tmp_path, key, monkeypatch, no_sandbox_probe, capsys):
+    """Grading lab 40 into the --out lab 50 was graded into overwrote lab 50's scores and
+    the reports of the students both name: scores of other exercises move aside with their
+    feedback folder and similarity list, and stderr says so.  A student whose name starts
+    with '-' (quoted in the CSV) no longer moved the class's scores aside at every regrade."""
+    out = tmp_path / "grades" / "scores.csv"
+    monkeypatch.setattr(cli, "grade", _fake_grade([]))
+    folder = _folder(tmp_path, key)
+    nbformat.write(grading.student_copy(key), folder / "-dash.ipynb")
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    assert not list(out.parent.glob("*.earlier-*"))  # the same class and lab: nothing kept
+    ring_row = out.read_text().splitlines()[0]
+    capsys.readouterr()
+    assert cli.grade_main([str(root / TREE), str(folder), "--out", str(out)]) == 0
+    assert "another lab's" in capsys.readouterr().err
+    (scores,) = out.parent.glob("scores.earlier-*.csv")
+    (reports,) = out.parent.glob("scores-feedback.earlier-*")
+    assert scores.read_text().splitlines()[0] == ring_row != out.read_text().splitlines()[0]
+    assert "## `reduce_scatter`" in (reports / "alice.md").read_text()  # lab 50's exercise
+    assert "## `reduce_scatter`" not in (out.parent / "scores-feedback" / "alice.md").read_text()
+
+
 def test_a_report_an_earlier_grading_wrote_goes_when_its_student_does(tmp_path):
     """Grading into the same folder again left alice.md (100%) beside her renamed report
     (0%), and a withdrawn student's: the reports the last grading wrote, and only those,
@@ -511,3 +535,30 @@ def test_names_that_read_as_another_students_are_told_apart():
     canvas = student_names([Path("Points Possible.ipynb"), Path("points possible.ipynb")])
     assert all(re.fullmatch(r"(?i)points possible-[0-9a-f]{8}", name) for name in canvas), canvas
     assert len(set(canvas)) == 2
+
+
+@pytest.mark.parametrize("flag, value", [("--timeout", "0"), ("--timeout", "-1"),
+                                         ("--timeout", "inf"), ("--timeout", "nan"),
+                                         ("--jobs", "0")])
+def test_a_timeout_or_jobs_that_cannot_work_is_refused_before_grading(root, tmp_path, key,
+                                                                      flag, value, capsys):
+    """--timeout 0 (or -1) failed every case and exited 0; inf or nan crashed the grading
+    after it had run; --jobs 0 is as meaningless: argparse refuses them with a message."""
+    folder = _folder(tmp_path, key)
+    with pytest.raises(SystemExit) as stop:
+        cli.grade_main([str(root / RING), str(folder), flag, value])
+    assert stop.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_an_unreadable_notebook_says_what_to_do(tmp_path, key):
+    """A notebook grown past the read limit by its outputs, and one saved with a byte-order
+    mark, scored 0 with a message that did not say why or what to do."""
+    from allreduce.grading.batch import MAX_NOTEBOOK_BYTES, read_notebook
+
+    big = grading.student_copy(key)
+    big.cells[0].outputs = [nbformat.v4.new_output("stream", text="x" * MAX_NOTEBOOK_BYTES)]
+    big.cells[0].cell_type, big.cells[0].execution_count = "code", 1
+    nbformat.write(big, tmp_path / "big.ipynb")
+    assert "Clear Outputs of All Cells" in read_notebook(tmp_path / "big.ipynb").message
+    (tmp_path / "bom.ipynb").write_bytes(b"\xef\xbb\xbf" + nbformat.writes(key).encode())
+    assert "byte-order mark" in read_notebook(tmp_path / "bom.ipynb").message

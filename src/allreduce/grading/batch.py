@@ -114,7 +114,9 @@ def read_notebook(path: Path):
             return Result(0.0, "not a readable notebook: not a regular file")
         if info.st_size > MAX_NOTEBOOK_BYTES:
             return Result(0.0, f"not a readable notebook: {info.st_size >> 20} MiB, more than "
-                               f"the {MAX_NOTEBOOK_BYTES >> 20} MiB read")
+                               f"the {MAX_NOTEBOOK_BYTES >> 20} MiB read (outputs are most of "
+                               "a large notebook: clear them, in JupyterLab Edit > Clear "
+                               "Outputs of All Cells, save, and submit it again)")
         data = file.read(MAX_NOTEBOOK_BYTES + 1)
     if _containers(data) > MAX_CONTAINERS:
         return Result(0.0, f"not a readable notebook: more than {MAX_CONTAINERS:,} JSON objects "
@@ -122,7 +124,9 @@ def read_notebook(path: Path):
     try:
         nb = quiet_reads(data.decode())
     except Exception as error:  # noqa: BLE001 - not a notebook at all
-        return Result(0.0, f"not a readable notebook: {type(error).__name__}")
+        bom = (" (it starts with a byte-order mark, which Jupyter does not read either: save "
+               "it as UTF-8 without one)" if data.startswith(b"\xef\xbb\xbf") else "")
+        return Result(0.0, f"not a readable notebook: {type(error).__name__}{bom}")
     cells = nb.get("cells")
     if not isinstance(cells, list) or not all(
             isinstance(c, dict) and isinstance(c.get("source"), str)

@@ -56,9 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gradescope", type=Path, metavar="FILE",
                         help="also write Gradescope's results.json here (one submission; not with "
                              "--self, whose points its notebook sets)")
-    parser.add_argument("--timeout", "--cell-timeout", type=float, default=60,
+    parser.add_argument("--timeout", "--cell-timeout", type=_case_seconds, default=60,
                         help="seconds one check case may run (default 60)")
-    parser.add_argument("--jobs", "-j", type=int, default=1,
+    parser.add_argument("--jobs", "-j", type=_at_least_one, default=1,
                         help="exercises graded at a time (default 1); each runs up to 8 processes (4, then the exercise's other rank counts)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run submissions without the sandbox (see studyguide/instructor.md: they can "
@@ -66,6 +66,30 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--similar", type=float, default=0.9, metavar="RATIO",
                         help="flag pairs of solutions at least this alike (default 0.9)")
     return parser
+
+
+def _case_seconds(text: str) -> float:
+    """--timeout: a finite number of seconds above 0 (0 or less failed every case, and
+    inf or nan crashed the grading after it had run)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= 24 * 3600):
+        raise argparse.ArgumentTypeError(f"give seconds above 0 and at most a day, not {text}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
 
 
 def grade_main(argv: list[str] | None = None) -> int:
@@ -153,20 +177,37 @@ def _grade_main(argv: list[str] | None) -> int:
     return 0
 
 
-def _keep_earlier(out: Path, students: set[str]) -> None:
-    """An earlier grading's scores at ``out`` that name a student this one does not (a
-    grading of one late notebook into the class's file) move to ``NAME.earlier-DATE.csv``
-    beside it instead of being overwritten."""
+def _keep_earlier(out: Path, students: set[str], first_row: list[str]) -> None:
+    """An earlier grading's scores at ``out`` move to ``NAME.earlier-DATE.csv`` beside it
+    instead of being overwritten when they name a student this grading does not (a grading
+    of one late notebook into the class's file), or when their first row is not this
+    grading's (``first_row``: another lab's exercises); in that case its feedback folder and
+    similarity list move too (``NAME-feedback.earlier-DATE``), since this grading would
+    overwrite the reports of the students both name.  Said on stderr."""
     import csv
 
     try:
         with out.open(newline="", encoding="utf-8") as f:
-            named = {row[0] for row in list(csv.reader(f))[1:] if row}
+            rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error):
         return
-    if named - students - {report.CANVAS_ROW}:
-        out.replace(out.with_name(f"{out.stem}.earlier-{time.strftime('%Y%m%d-%H%M%S')}"
-                                  f"{out.suffix}"))
+    named = {row[0] for row in rows[1:] if row}
+    another = bool(rows) and rows[0] != first_row
+    if not another and not named - {report._safe(name) for name in students} - {
+            report.CANVAS_ROW}:
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = []
+    kept = [out] + ([out.with_name(out.stem + "-feedback"),
+                     out.with_name(out.stem + "-similarity.csv")] if another else [])
+    for path in kept:
+        if path.exists():
+            path.replace(path.with_name(f"{path.stem}.earlier-{stamp}{path.suffix}"))
+            moved.append(path.name)
+    why = ("another lab's or another format's" if another
+           else "naming students this grading does not")
+    print(f"allreduce-grade: the earlier scores at {out} ({why}) are kept: "
+          f"{', '.join(moved)} moved to *.earlier-{stamp}*", file=sys.stderr)
 
 
 def _partial(out: Path) -> Path:
@@ -216,9 +257,10 @@ def writable(out: Path) -> str | None:
 
 def _reports(args, graded, key, names):
     """The scores (CSV or Canvas), the feedback folder and the similarity list."""
-    _keep_earlier(args.out, {s.name for s in graded})
+    column = f"{args.lab.stem} ({args.lab.stem})" if args.format == "canvas" else None
+    _keep_earlier(args.out, {s.name for s in graded}, report.header(names, column))
     if args.format == "canvas":
-        report.write_canvas(graded, f"{args.lab.stem} ({args.lab.stem})", args.out)
+        report.write_canvas(graded, column, args.out)
     else:
         report.write_scores(graded, names, args.out)
     folder = args.out.with_name(args.out.stem + "-feedback")

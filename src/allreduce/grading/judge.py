@@ -152,8 +152,8 @@ class Judge:
         try:
             while len(answered) < self.size:
                 for rank, reply, blobs in self.frames(deadline, late):
-                    if reply is LOST:
-                        errors[rank] = f"while loading your code: {blobs[0]}"
+                    if reply is LOST:  # after its own error, if it sent one: keep that
+                        errors.setdefault(rank, f"while loading your code: {blobs[0]}")
                     elif reply.get("op") == "error":
                         errors[rank] = clean(reply.get("message"))
                     elif reply.get("warning"):

@@ -46,12 +46,20 @@ def _fenced(source: str, language: str = "python") -> list[str]:
     return [fence + language, source.rstrip(), fence]
 
 
+def header(names: list[str], canvas_column: str | None = None) -> list[str]:
+    """The first row of the scores file: :func:`write_scores`'s for the exercises
+    ``names``, or :func:`write_canvas`'s for its assignment column."""
+    if canvas_column is not None:
+        return ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", canvas_column]
+    return ["student", *names, "total", "possible", "percent", "messages"]
+
+
 def write_scores(graded: list[Submission], names: list[str], path: Path) -> None:
     """One row per student: the points of each exercise, the total, the most there is, the
     percentage, and the messages of the exercises that lost points."""
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", *names, "total", "possible", "percent", "messages"])
+        writer.writerow(header(names))
         for s in graded:
             messages = "; ".join(f"{e}: {s.results[e].message}" for e in names
                                  if s.results[e].score < 1 and s.results[e].message)
@@ -81,7 +89,7 @@ def write_canvas(graded: list[Submission], column: str, path: Path) -> None:
     name stands as the SIS login (name the files by login)."""
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column])
+        writer.writerow(header([], column))
         possible = graded[0].possible if graded else 0
         writer.writerow([CANVAS_ROW, "", "", "", "", _number(possible)])
         for s in graded:
