@@ -231,6 +231,38 @@ def test_a_loading_cut_short_by_the_exercise_s_budget_says_so():
             theirs.close()
 
 
+def test_a_ranks_own_loading_error_is_not_replaced_by_its_exit():
+    """A rank that reported why it could not load (a syntax error) and then exited, as every
+    rank does, was reported as "ended without answering: it was killed (over its memory
+    ...)": the end of its connection, read after its error, overwrote it."""
+    import socket
+    import threading
+
+    from allreduce.grading import wire
+    from allreduce.grading.judge import Failure, Judge
+
+    pairs = [socket.socketpair() for _ in range(4)]
+
+    def rank(theirs, number):
+        wire.receive(theirs, wire.Reader())
+        time.sleep(0.01 * number)
+        wire.send(theirs, {"op": "error", "message": f"rank {number}: does not parse"})
+        theirs.close()
+
+    threads = [threading.Thread(target=rank, args=(theirs, number))
+               for number, (_, theirs) in enumerate(pairs)]
+    for thread in threads:
+        thread.start()
+    judge = Judge([ours for ours, _ in pairs])
+    try:
+        with pytest.raises(Failure, match=r"^rank 0: does not parse$"):
+            judge.setup({"op": "setup"}, 10)
+    finally:
+        judge.close()
+        for thread in threads:
+            thread.join()
+
+
 def test_the_whole_frames_before_a_broken_one_are_kept():
     """A rank that broke the protocol is judged on what it sent whole before (they were
     dropped with the error)."""
