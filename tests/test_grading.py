@@ -73,6 +73,7 @@ def test_stub_keeps_the_indentation_and_names_the_exercise():
 
 def test_student_copy_has_no_solutions_shows_points_and_keeps_the_rest(key):
     student = grading.student_copy(key)
+    assert nbformat.writes(grading.student_copy(key)) == nbformat.writes(student)  # stable
     assert grading.exercises(key) == ["reduce_scatter", "allgather"]
     points = [c for c in student.cells if grading.role(c) and grading.role(c)[1] == "points"]
     assert [c.source.split("**")[1] for c in points] == [
@@ -83,9 +84,11 @@ def test_student_copy_has_no_solutions_shows_points_and_keeps_the_rest(key):
             assert grading.BEGIN in mine.source and grading.BEGIN not in copy.source
             assert "sendrecv" not in copy.source  # the solution's own lines are gone
             assert "NotImplementedError" in copy.source
-        else:
+        elif mine.cell_type == "code" and not grading.role(mine):  # marked as the lab's own
+            assert copy.metadata.pop("allreduce") == {"role": "lab"}  # (for --self)
             assert mine == copy  # outputs kept: the student sees what each cell prints
-    assert nbformat.writes(grading.student_copy(key)) == nbformat.writes(student)  # stable
+        else:
+            assert mine == copy
 
 
 def test_a_points_cell_says_what_its_kind_of_check_looks_at(root):

@@ -562,3 +562,27 @@ def test_an_unreadable_notebook_says_what_to_do(tmp_path, key):
     assert "Clear Outputs of All Cells" in read_notebook(tmp_path / "big.ipynb").message
     (tmp_path / "bom.ipynb").write_bytes(b"\xef\xbb\xbf" + nbformat.writes(key).encode())
     assert "byte-order mark" in read_notebook(tmp_path / "bom.ipynb").message
+
+
+def test_self_reads_the_labs_setup_from_the_labs_own_cells(root, tmp_path):
+    """A helper in a cell the student added above a solution passed --self and failed the
+    instructor's grading with a NameError (--self read the lab's imports and definitions from
+    every cell of the student's notebook, the real grading from the key's): a student copy
+    marks the lab's own code cells, and --self reads only those, as the key has them."""
+    from allreduce.grading.batch import read_notebook
+    from allreduce.grading.notebooks import setup_code
+
+    key = nbformat.read(root / "labs" / "60_choosing.ipynb", as_version=4)
+    exercise = grading.exercises(key)[0]
+    mine = grading.student_copy(key)
+    at = next(i for i, cell in enumerate(mine.cells)
+              if (cell.metadata.get("allreduce") or {}).get("exercise") == exercise)
+    mine.cells.insert(at, nbformat.v4.new_code_cell("import fractions\n\ndef my_helper():\n"
+                                                     "    return 1\n"))
+    nbformat.write(mine, tmp_path / "mine.ipynb")
+    read = read_notebook(tmp_path / "mine.ipynb")  # as --self reads it
+    for engines in (False, True):
+        from_key, _ = setup_code(key, exercise, engines)
+        from_mine, _ = setup_code(read, exercise, engines)
+        assert "my_helper" not in from_mine and "fractions" not in from_mine
+        assert from_mine == from_key, engines

@@ -195,11 +195,14 @@ def setup_code(nb, exercise: str, engines: bool) -> tuple[str, list[str]]:
     (engines or kernel) and not solution cells: their imports and definitions, as source,
     and the names they assign otherwise (``world``, ``comm``, ...)."""
     keep, assigned = [], []
+    marked = any(_is_lab_cell(cell) for cell in nb.cells)
     for cell in nb.cells:
         if role(cell) == (exercise, "solution"):
             break
         if cell.cell_type != "code" or role(cell) or is_engine_cell(cell.source) != engines:
             continue
+        if marked and not _is_lab_cell(cell):
+            continue  # a cell the student added: the instructor's grading runs the lab's
         source = python_source(cell.source)
         try:
             tree = ast.parse(source)
@@ -287,6 +290,20 @@ def is_student_copy(nb) -> bool:
             and not any(mark[1] == "solution" and BEGIN in source for mark, source in marks))
 
 
+#: The mark :func:`student_copy` gives the lab's own unmarked code cells, so that ``--self``,
+#: which reads a lab's imports and definitions from the student's notebook, reads them from
+#: those cells only, as the instructor's grading reads them from the key: a helper defined in
+#: a cell the student added passed ``--self`` and failed the real grading with a NameError.
+LAB_CELL = {"role": "lab"}
+
+
+def _is_lab_cell(cell) -> bool:
+    metadata = cell.get("metadata", {})
+    mark = metadata.get("allreduce") if isinstance(metadata, dict) else None
+    return isinstance(mark, dict) and mark.get("role") == LAB_CELL["role"] and (
+        "exercise" not in mark)
+
+
 def student_copy(nb):
     """A copy of the instructor lab ``nb`` with every solution region stubbed out and each
     exercise's points shown in a cell just before its first solution cell; a lab that is
@@ -306,6 +323,8 @@ def student_copy(nb):
             if mark[0] not in shown and mark[0] in graded:
                 shown.add(mark[0])
                 cells.append(_points_cell(graded[mark[0]], total))
+        elif not mark and cell.cell_type == "code":
+            cell.metadata["allreduce"] = dict(LAB_CELL)
         cells.append(cell)
     student.cells = cells
     return student
