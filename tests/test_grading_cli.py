@@ -6,6 +6,7 @@ bwrap needed): what is tested is what the grader says, not what the sandbox hold
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -586,3 +587,21 @@ def test_self_reads_the_labs_setup_from_the_labs_own_cells(root, tmp_path):
         from_mine, _ = setup_code(read, exercise, engines)
         assert "my_helper" not in from_mine and "fractions" not in from_mine
         assert from_mine == from_key, engines
+
+
+def test_a_solution_cell_turned_into_markdown_is_not_run(key):
+    """Solution cells changed to Markdown earned full points, though JupyterLab never runs
+    them and the notebook's own check fails: such a cell is not run, and the message says
+    to change it back."""
+    from allreduce.grading.batch import graded_code
+    from allreduce.grading.notebooks import specs
+
+    spec = specs(key)[0]
+    mine = nbformat.from_dict(json.loads(nbformat.writes(key)))  # the key's solutions
+    for cell in mine.cells:
+        if grading.role(cell) == (spec.exercise, "solution"):
+            cell.cell_type = "markdown"
+            del cell["outputs"], cell["execution_count"]
+    with pytest.raises(LookupError, match="is not a code cell .*back to Code"):
+        graded_code(key, mine, spec)
+    assert graded_code(key, key, spec).solution  # the key's own: code cells, run

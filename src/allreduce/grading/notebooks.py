@@ -186,8 +186,10 @@ def python_source(source: str) -> str:
 
 
 def solution_sources(nb, exercise: str) -> list[str]:
+    """The exercise's solution cells that are code: one turned into Markdown, which
+    JupyterLab does not run, is not run here either (it earned full points)."""
     return [python_source(cell.source) for cell in nb.cells
-            if role(cell) == (exercise, "solution")]
+            if role(cell) == (exercise, "solution") and cell.cell_type == "code"]
 
 
 def setup_code(nb, exercise: str, engines: bool) -> tuple[str, list[str]]:
