@@ -2298,6 +2298,10 @@ def test_ipython_syntax_in_a_solution_cell_runs_as_in_jupyterlab():
     # the whole cell: "defines no function")
     exec(_compiled(python_source("%%px\rdef g():\r    return 5\r"), "<cell 3>"), space)  # noqa: S102
     assert space["g"]() == 5
+    # a magic's result assigned (it made the whole cell not compile): None, the rest runs
+    exec(_compiled("cores = !nproc\nt = %timeit -o g()\ndef h():\n    return 6\n",  # noqa: S102
+                   "<cell 4>"), space)
+    assert space["cores"] is None and space["t"] is None and space["h"]() == 6
 
 
 def test_an_import_a_graded_run_lacks_costs_a_solution_cell_nothing_it_does_not_use():

@@ -191,15 +191,23 @@ class Rank:
         return f"{frame.filename[1:-1]} of your notebook, line {frame.lineno}"
 
 
+#: ``NAME = !command`` or ``NAME = %magic ...``: IPython's assignment of a magic's result.
+_ASSIGNED_MAGIC = re.compile(r"([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*=\s*[!%]")
+
+
 def without_line_magics(source: str) -> str:
     """``source`` with IPython's line magics and shell escapes as Python, each line where it
-    was: ``%time STATEMENT`` runs the statement; any other (``%matplotlib inline``,
-    ``!ls``), which does nothing a check looks at, becomes ``pass``."""
+    was: ``%time STATEMENT`` runs the statement; ``x = !ls`` or ``t = %timeit -o f()``
+    assigns ``None``; any other (``%matplotlib inline``, ``!ls``), which does nothing a check
+    looks at, becomes ``pass``."""
     lines = source.split("\n")
     for index, line in enumerate(lines):
         code = line.lstrip()
         indent = line[: len(line) - len(code)]
-        if code.startswith("%time "):
+        if assigned := _ASSIGNED_MAGIC.match(code):
+            targets = assigned.group(1).split(",")
+            lines[index] = indent + " = ".join(t.strip() for t in targets) + " = None"
+        elif code.startswith("%time "):
             lines[index] = indent + code[len("%time "):]
         elif code.startswith(("%", "!")) and not code.startswith("!="):
             lines[index] = indent + "pass"
