@@ -149,6 +149,12 @@ def test_torch_sparse_tensors_in_and_out():
     for result in results:
         assert result.is_sparse and result.shape == (n,) and result.dtype == torch.float32
         assert np.allclose(result.to_dense().numpy(), want, atol=1e-5)
+    # a gradient's own tensor (requires_grad) was refused: "Can't call numpy() on Tensor
+    # that requires grad", on every rank
+    for tensor in tensors:
+        tensor.requires_grad_(True)
+    results = run_threads(p, lambda c: sparse_allreduce(tensors[c.rank], c))
+    assert all(np.allclose(r.to_dense().numpy(), want, atol=1e-5) for r in results)
 
 
 BAD = {

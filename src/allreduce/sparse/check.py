@@ -169,7 +169,7 @@ def _from_torch(tensor):
         raise TypeError(f"a torch sparse tensor must be 1-D, got {tensor.dim()}-D")
     if tensor.is_cuda:
         raise TypeError("sparse_allreduce moves CPU tensors; got a CUDA sparse tensor")
-    tensor = tensor.coalesce()
+    tensor = tensor.detach().coalesce()  # a gradient's own (requires_grad) refused .numpy()
     return (tensor.indices()[0].numpy(), tensor.values().numpy(), int(tensor.shape[0]))
 
 
