@@ -2299,9 +2299,10 @@ def test_ipython_syntax_in_a_solution_cell_runs_as_in_jupyterlab():
     exec(_compiled(python_source("%%px\rdef g():\r    return 5\r"), "<cell 3>"), space)  # noqa: S102
     assert space["g"]() == 5
     # a magic's result assigned (it made the whole cell not compile): None, the rest runs
-    exec(_compiled("cores = !nproc\nt = %timeit -o g()\ndef h():\n    return 6\n",  # noqa: S102
-                   "<cell 4>"), space)
+    exec(_compiled("cores = !nproc\nt = %timeit -o g()\nv = %time g()\n"  # noqa: S102
+                   "def h():\n    return 6\n", "<cell 4>"), space)
     assert space["cores"] is None and space["t"] is None and space["h"]() == 6
+    assert space["v"] == 5  # as IPython assigns it
 
 
 def test_an_import_a_graded_run_lacks_costs_a_solution_cell_nothing_it_does_not_use():
@@ -2309,13 +2310,19 @@ def test_an_import_a_graded_run_lacks_costs_a_solution_cell_nothing_it_does_not_
     the ImportError stopped the cell before the function was defined.  Each import of a
     solution cell is now forgiven as the lab's own are: the name says why when it is used,
     and the rest of the cell runs; ``from __future__`` stays first."""
-    from allreduce.grading.rank import NOT_IMPORTED, _compiled, _not_imported
+    from allreduce.grading.rank import NOT_IMPORTED, _compiled, not_imported_in
 
-    cell = ("from __future__ import annotations\nimport numpy as np, no_such_module\n"
-            "from no_such_package.inner import a, b as c\n\n"
+    cell = ("from __future__ import annotations\nerror = 1e-6\nimport numpy as np, no_such_module\n"
+            "from no_such_package.inner import a, b as c\nfrom no_such_module import *\n"
+            "import numpy\nimport numpy.no_such_part\nimport allreduce.no_such_part\n\n"
             "def f(x: np.ndarray) -> int:\n    return int(np.sum(x))\n\nused = no_such_module\n")
-    space: dict = {NOT_IMPORTED: _not_imported}
+    space: dict = {"allreduce": "the lab's"}
+    space[NOT_IMPORTED] = not_imported_in(space)
     exec(_compiled(cell, "<cell 7>"), space)  # noqa: S102
+    # a failed import leaves a name as it was, as Python does: the cell's own `error`, numpy,
+    # and the lab's `allreduce` (refused submodules must not take it away)
+    assert space["error"] == 1e-6 and space["np"] is np and space["allreduce"] == "the lab's"
+    assert space["numpy"] is np
     f = space["f"]
     assert f([1, 2]) == 3 and f.__annotations__["x"] == "np.ndarray"  # annotations: strings
     with pytest.raises(RuntimeError, match="`c` could not be imported where your code is graded"):

@@ -57,8 +57,8 @@ def graded_code(lab, submission, spec: Spec) -> Code:
         raise LookupError(f"the solution cells of exercise {spec.exercise!r} take {encoded:,} "
                           f"bytes to send to a run, more than the {MAX_SOLUTION_BYTES:,} it "
                           "takes (a lab's solution takes a few thousand)")
-    if not theirs and any(role(cell) == wanted for cell in submission.cells):
-        raise LookupError(f"the solution cell of exercise {spec.exercise!r} is not a code cell "
+    if any(role(cell) == wanted and cell.cell_type != "code" for cell in submission.cells):
+        raise LookupError(f"a solution cell of exercise {spec.exercise!r} is not a code cell "
                           "(JupyterLab does not run it either): change its type back to Code")
     if not theirs:  # more or fewer than the lab's are run as they are: a cell split in
         # JupyterLab keeps its exercise's mark in both halves, and two merged keep one

@@ -181,9 +181,10 @@ def _keep_earlier(out: Path, students: set[str], first_row: list[str]) -> None:
     """An earlier grading's scores at ``out`` move to ``NAME.earlier-DATE.csv`` beside it
     instead of being overwritten when they name a student this grading does not (a grading
     of one late notebook into the class's file), or when their first row is not this
-    grading's (``first_row``: another lab's exercises); in that case its feedback folder and
-    similarity list move too (``NAME-feedback.earlier-DATE``), since this grading would
-    overwrite the reports of the students both name.  Said on stderr."""
+    grading's (``first_row``: another lab's exercises); in that case its feedback folder,
+    similarity list and an interrupted run's partial scores move too
+    (``NAME-feedback.earlier-DATE``), since this grading would overwrite or delete them.
+    Said on stderr."""
     import csv
 
     try:
@@ -199,7 +200,8 @@ def _keep_earlier(out: Path, students: set[str], first_row: list[str]) -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     moved = []
     kept = [out] + ([out.with_name(out.stem + "-feedback"),
-                     out.with_name(out.stem + "-similarity.csv")] if another else [])
+                     out.with_name(out.stem + "-similarity.csv"), _partial(out)]
+                    if another else [])
     for path in kept:
         if path.exists():
             path.replace(path.with_name(f"{path.stem}.earlier-{stamp}{path.suffix}"))

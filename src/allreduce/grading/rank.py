@@ -105,7 +105,7 @@ class Rank:
                     name = (alias.asname or alias.name).split(".")[0]
                     namespace[name] = NotHere(name, str(error))
         self._patch()
-        namespace[NOT_IMPORTED] = _not_imported
+        namespace[NOT_IMPORTED] = not_imported_in(namespace)
         warning = None
         numbers = list(setup.get("cells") or []) + list(range(1, len(setup["solution"]) + 1))
         for number, source in zip(numbers, setup["solution"]):
@@ -197,16 +197,19 @@ _ASSIGNED_MAGIC = re.compile(r"([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*=\
 
 def without_line_magics(source: str) -> str:
     """``source`` with IPython's line magics and shell escapes as Python, each line where it
-    was: ``%time STATEMENT`` runs the statement; ``x = !ls`` or ``t = %timeit -o f()``
-    assigns ``None``; any other (``%matplotlib inline``, ``!ls``), which does nothing a check
-    looks at, becomes ``pass``."""
+    was: ``%time STATEMENT`` runs the statement (``x = %time f()`` assigns its value);
+    ``x = !ls`` or ``t = %timeit -o f()`` assigns ``None``; any other
+    (``%matplotlib inline``, ``!ls``), which does nothing a check looks at, becomes
+    ``pass``."""
     lines = source.split("\n")
     for index, line in enumerate(lines):
         code = line.lstrip()
         indent = line[: len(line) - len(code)]
         if assigned := _ASSIGNED_MAGIC.match(code):
-            targets = assigned.group(1).split(",")
-            lines[index] = indent + " = ".join(t.strip() for t in targets) + " = None"
+            targets = " = ".join(t.strip() for t in assigned.group(1).split(","))
+            magic = code[assigned.end() - 1:]
+            value = magic[len("%time "):] if magic.startswith("%time ") else "None"
+            lines[index] = f"{indent}{targets} = {value}"
         elif code.startswith("%time "):
             lines[index] = indent + code[len("%time "):]
         elif code.startswith(("%", "!")) and not code.startswith("!="):
@@ -233,9 +236,18 @@ def _compiled(source: str, name: str):
 NOT_IMPORTED = "__allreduce_not_imported__"
 
 
-def _not_imported(name: str, error: ImportError) -> NotHere:
-    return NotHere(name, f"could not be imported where your code is graded ({error}): a "
-                         "graded run gives your function only what the lab passes it")
+def not_imported_in(namespace: dict):
+    """What :func:`_forgiving_imports`'s handlers call, inside ``except ImportError``: the
+    name's binding in ``namespace`` if it has one (Python leaves a name as it was when its
+    import fails: ``import allreduce.trace``, refused here, must not take the lab's
+    ``allreduce`` away), else a stand-in that says why."""
+    def stand_in(name: str):
+        if name in namespace:
+            return namespace[name]
+        return NotHere(name, f"could not be imported where your code is graded "
+                             f"({sys.exc_info()[1]}): a graded run gives your function only "
+                             "what the lab passes it")
+    return stand_in
 
 
 def _forgiving_imports(tree: ast.Module) -> ast.Module:
@@ -247,16 +259,15 @@ def _forgiving_imports(tree: ast.Module) -> ast.Module:
     body = []
     for statement in _one_name_each(tree.body):
         if not isinstance(statement, (ast.Import, ast.ImportFrom)) or (
-                isinstance(statement, ast.ImportFrom) and statement.module == "__future__") or (
-                statement.names[0].name == "*"):
+                isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
             body.append(statement)
             continue
         for alias in statement.names:
             bound = (alias.asname or alias.name).split(".")[0]
             one = (ast.Import([alias]) if isinstance(statement, ast.Import)
                    else ast.ImportFrom(statement.module, [alias], statement.level))
-            guarded = ast.parse(f"try:\n    pass\nexcept ImportError as error:\n"
-                                f"    {bound} = {NOT_IMPORTED}({bound!r}, error)\n").body[0]
+            handler = "pass" if bound == "*" else f"{bound} = {NOT_IMPORTED}({bound!r})"
+            guarded = ast.parse(f"try:\n    pass\nexcept ImportError:\n    {handler}\n").body[0]
             guarded.body = [one]
             for node in ast.walk(guarded):
                 ast.copy_location(node, statement)
