@@ -361,17 +361,24 @@ def test_names_and_messages_a_submission_controls_are_stored_safely(tmp_path):
     assert json.loads((tmp_path / "feedback" / f"{long[0]}.results.json").read_text())
 
 
+def _class_graded_twice(root, tmp_path, key, monkeypatch, other: str):
+    """alice and ``other`` graded twice into one --out (the same class and lab: nothing is
+    moved aside); the --out and the submissions folder."""
+    out = tmp_path / "grades" / "scores.csv"
+    monkeypatch.setattr(cli, "grade", _fake_grade([]))
+    folder = _folder(tmp_path, key)
+    nbformat.write(grading.student_copy(key), folder / f"{other}.ipynb")
+    for _ in range(2):
+        assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
+    assert not list(out.parent.glob("*.earlier-*"))
+    return out, folder
+
+
 def test_grading_one_late_notebook_keeps_the_class_scores(root, tmp_path, key, monkeypatch,
                                                           no_sandbox_probe):
     """Grading one late notebook into the class's --out overwrote every other student's
     score: an earlier file that names a student this grading does not is kept beside it."""
-    out = tmp_path / "grades" / "scores.csv"
-    monkeypatch.setattr(cli, "grade", _fake_grade([]))
-    folder = _folder(tmp_path, key)
-    nbformat.write(grading.student_copy(key), folder / "bob.ipynb")
-    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
-    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
-    assert not list(out.parent.glob("scores.earlier-*"))  # the same class: nothing to keep
+    out, folder = _class_graded_twice(root, tmp_path, key, monkeypatch, "bob")
     (folder / "alice.ipynb").unlink()
     assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
     (earlier,) = out.parent.glob("scores.earlier-*.csv")
@@ -385,13 +392,7 @@ def test_grading_another_lab_into_the_same_out_keeps_the_first_labs_results(
     the reports of the students both name: scores of other exercises move aside with their
     feedback folder and similarity list, and stderr says so.  A student whose name starts
     with '-' (quoted in the CSV) no longer moved the class's scores aside at every regrade."""
-    out = tmp_path / "grades" / "scores.csv"
-    monkeypatch.setattr(cli, "grade", _fake_grade([]))
-    folder = _folder(tmp_path, key)
-    nbformat.write(grading.student_copy(key), folder / "-dash.ipynb")
-    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
-    assert cli.grade_main([str(root / RING), str(folder), "--out", str(out)]) == 0
-    assert not list(out.parent.glob("*.earlier-*"))  # the same class and lab: nothing kept
+    out, folder = _class_graded_twice(root, tmp_path, key, monkeypatch, "-dash")
     ring_row = out.read_text().splitlines()[0]
     (out.parent / "scores.partial.csv").write_text(ring_row + "\n")  # an interrupted run's
     capsys.readouterr()

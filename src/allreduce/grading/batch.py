@@ -51,15 +51,16 @@ def graded_code(lab, submission, spec: Spec) -> Code:
     (from ``lab``: the key, or in ``--self`` mode the student's own notebook) and the
     submission's solution cells for that exercise."""
     wanted = (spec.exercise, "solution")
+    if any(role(cell) == wanted and cell.cell_type != "code" for cell in submission.cells):
+        # it earned full points, though JupyterLab never runs it
+        raise LookupError(f"a solution cell of exercise {spec.exercise!r} is not a code cell "
+                          "(JupyterLab does not run it either): change its type back to Code")
     theirs = solution_sources(submission, spec.exercise)
     encoded = len(json.dumps(theirs))  # as a run's frame carries them: "\\ud83d\\ude00"
     if encoded > MAX_SOLUTION_BYTES:  # is 12 bytes, where it was one character
         raise LookupError(f"the solution cells of exercise {spec.exercise!r} take {encoded:,} "
                           f"bytes to send to a run, more than the {MAX_SOLUTION_BYTES:,} it "
                           "takes (a lab's solution takes a few thousand)")
-    if any(role(cell) == wanted and cell.cell_type != "code" for cell in submission.cells):
-        raise LookupError(f"a solution cell of exercise {spec.exercise!r} is not a code cell "
-                          "(JupyterLab does not run it either): change its type back to Code")
     if not theirs:  # more or fewer than the lab's are run as they are: a cell split in
         # JupyterLab keeps its exercise's mark in both halves, and two merged keep one
         raise LookupError(f"the submission has no solution cell for exercise "
@@ -68,7 +69,7 @@ def graded_code(lab, submission, spec: Spec) -> Code:
                           "your solution' is graded, not code typed into a new cell; put the "
                           "code back into that cell (a fresh student copy has it)")
     cells = tuple(number for number, cell in enumerate(submission.cells, 1)
-                  if role(cell) == wanted and cell.cell_type == "code")
+                  if role(cell) == wanted)
     setup, stubs = setup_code(lab, spec.exercise, spec.engines)
     return Code(setup, tuple(stubs), tuple(theirs), cells)
 

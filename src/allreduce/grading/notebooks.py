@@ -186,10 +186,8 @@ def python_source(source: str) -> str:
 
 
 def solution_sources(nb, exercise: str) -> list[str]:
-    """The exercise's solution cells that are code: one turned into Markdown, which
-    JupyterLab does not run, is not run here either (it earned full points)."""
     return [python_source(cell.source) for cell in nb.cells
-            if role(cell) == (exercise, "solution") and cell.cell_type == "code"]
+            if role(cell) == (exercise, "solution")]
 
 
 def setup_code(nb, exercise: str, engines: bool) -> tuple[str, list[str]]:
