@@ -227,6 +227,35 @@ def test_the_result_never_shares_the_callers_values(algorithm):
     assert run_threads(4, body) == [[1.0, 2.0, 3.0]] * 4
 
 
+def test_the_dense_path_s_kept_buffers_carry_nothing_from_one_call_to_the_next():
+    """``dense`` sums in the communicator's kept scratch buffers: calls one after another in
+    the same ranks, longer then shorter vectors and other supports, each give their own sum
+    (nothing left over from the call before), and a result already returned is not touched
+    by the next call (nor is the dense sum handed out with ``dense_output``)."""
+    rng = np.random.default_rng(7)
+    calls = [(n, density, dtype) for n, density, dtype in
+             [(1000, 0.5, "float32"), (300, 0.05, "float32"), (1000, 0.01, "float32"),
+              (999, 0.3, "int32"), (2000, 0.2, "float32")]]
+    inputs = [(n, supports(rng, 3, n, density, dtype)) for n, density, dtype in calls]
+
+    def body(comm):
+        results, handed = [], sparse_allreduce(*inputs[0][1][comm.rank], inputs[0][0], comm,
+                                               algorithm="dense", dense_output=True)
+        first = handed.copy()
+        for n, vectors in inputs:
+            results.append(sparse_allreduce(*vectors[comm.rank], n, comm, algorithm="dense"))
+        assert handed.tobytes() == first.tobytes(), "the handed-out dense sum changed"
+        return results
+
+    for results in run_threads(3, body):
+        for (n, vectors), (indices, values) in zip(inputs, results):
+            union = np.unique(np.concatenate([i for i, _ in vectors]))
+            assert (indices.astype(np.int64) == union).all(), n
+            got = np.zeros(n, np.float64)
+            got[indices] = values
+            assert np.allclose(got, dense_sum(vectors, n, str(values.dtype)), atol=1e-5), n
+
+
 @pytest.mark.parametrize("op", ["max", "min", "prod"])
 def test_ops_that_are_not_sparse_raise_a_clear_error(op):
     def body(comm):

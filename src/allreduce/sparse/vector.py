@@ -197,9 +197,14 @@ def decode(packet: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]
 
 
 @timed
-def densify(indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """The dense vector of length ``n`` that the pairs describe (zeros elsewhere)."""
-    full = np.zeros(n, values.dtype)
+def densify(indices: np.ndarray, values: np.ndarray, n: int, out=None) -> np.ndarray:
+    """The dense vector of length ``n`` that the pairs describe (zeros elsewhere), written
+    into ``out`` (``n`` elements of ``values``' dtype) when given."""
+    if out is None:
+        full = np.zeros(n, values.dtype)
+    else:
+        full = out
+        full.fill(0)
     full[indices] = values
     return full
 
