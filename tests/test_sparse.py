@@ -250,7 +250,7 @@ def test_the_dense_path_s_kept_buffers_carry_nothing_from_one_call_to_the_next()
     for results in run_threads(3, body):
         for (n, vectors), (indices, values) in zip(inputs, results):
             union = np.unique(np.concatenate([i for i, _ in vectors]))
-            assert (indices.astype(np.int64) == union).all(), n
+            assert np.array_equal(indices, union), n
             got = np.zeros(n, np.float64)
             got[indices] = values
             assert np.allclose(got, dense_sum(vectors, n, str(values.dtype)), atol=1e-5), n
