@@ -9,8 +9,8 @@ non-zero exactly where some rank has a pair (from 256 ranks, one int32 per eleme
 Unless the caller takes the dense sum (``dense_output``), the dense vector and the mask are
 the communicator's kept scratch buffers (:meth:`~allreduce.comm.Communicator.scratch`),
 zeroed at each call, not fresh arrays: a fresh 64 MiB array is mapped anew and its pages
-faulted in at every call, and the path ran 11-15% faster at 10% density on 16 M float32
-(4 MPI ranks on the reference machine, three interleaved runs).
+faulted in at every call, and the path ran 12-14% faster at 10% density on 16 M float32
+(4 MPI ranks on the reference machine, three interleaved pairs of runs).
 
 Cost: the dense allreduce's on n values, plus one on :func:`mask_bytes` for the support."""
 
