@@ -23,6 +23,7 @@ from .vector import densify, timed
 
 #: The most ranks whose 0/1 bytes can be summed in place without a carry.
 PACKED_RANKS = 255
+_WORD = np.zeros(0, np.int32)  # the mask's dtype, as scratch() takes it
 
 
 def mask_bytes(n: int, p: int) -> int:
@@ -62,9 +63,6 @@ def _mark(indices, n: int, p: int, out=None) -> np.ndarray:
         present.fill(0)
     _flags(present, n, p)[indices] = 1
     return present
-
-
-_WORD = np.zeros(0, np.int32)  # the mask's dtype, as scratch() takes it
 
 
 @timed
