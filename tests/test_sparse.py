@@ -598,21 +598,21 @@ def test_auto_switches_to_dense_as_the_density_grows():
                                   SPARSE_ALGORITHMS)[0]
 
     assert choice(0.001) != "dense" and choice(0.5) == "dense"
-    # a caller who wants the dense sum spares the dense path its presence mask (one byte
-    # per element: n bytes) and the gather
+    # a caller who wants the dense sum spares the dense path its union: the gather of one
+    # integer a rank (how many of its pairs sum to zero), and reading the sums at its own
+    # pairs and at the union's (the presence mask, only for sums of zero, is not predicted)
     from allreduce.algorithms.auto import fastest
-    from allreduce.sparse.dense import mask_bytes
 
     counts = [int(0.1 * n)] * 4
     spared = (sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL)
               - sparse_auto.predict("dense", n, counts, 4, DEFAULT_MODEL, dense_output=True))
-    assert mask_bytes(n, 4) == n and mask_bytes(n, 256) == 4 * n
-    mask = DEFAULT_MODEL.time(fastest(n, 4, DEFAULT_MODEL), 4, n)
+    count = sparse_auto.ZERO_COUNT_BYTES
+    gathered = DEFAULT_MODEL.time(fastest(count, 4, DEFAULT_MODEL), 4, count)
     # every rank gathers alike, so on shared cores each takes RANKS_PER_CORE times as long
     # (at most as many times as there are ranks, 4)
-    gather = (sparse_layout.union(n, 0.1, 4) * sparse_auto.LOCAL["gather"]
-              * max(1.0, min(sparse_auto.RANKS_PER_CORE, 4)))
-    assert spared == pytest.approx(mask + gather, rel=1e-6)  # counts are whole pairs
+    read = ((sparse_layout.union(n, 0.1, 4) + counts[0]) * sparse_auto.LOCAL["gather"]
+            * max(1.0, min(sparse_auto.RANKS_PER_CORE, 4)))
+    assert spared == pytest.approx(gathered + read, rel=1e-6)  # counts are whole pairs
     for name in SPARSE_ALGORITHMS:
         times = [sparse_auto.predict(name, n, [int(d * n)] * 4, 4, DEFAULT_MODEL)
                  for d in (0.0001, 0.001, 0.01, 0.1, 0.5)]
@@ -852,6 +852,47 @@ def test_measured_unions_are_the_windows_unions(p):
             [supports[(r - i) % p] for i in range(s)]))) for r in range(p)]))
             for s in range(1, p + 1)]
         assert sparse_layout.measured_unions(supports) == expected
+
+
+def test_the_dense_path_reads_the_union_from_the_non_zeros_unless_a_sum_is_zero(monkeypatch):
+    """Without a sum of zero at any rank's pair, the union is where the dense sum is not
+    zero, and no rank runs the presence mask; one rank's explicit 0 or -0.0 alone at an
+    index, or two ranks' values that cancel, send every rank to the mask, and that index
+    stays in the union (with the sum 0)."""
+    import importlib
+
+    dense_module = importlib.import_module("allreduce.sparse.dense")
+    marked = []
+    mark = dense_module._mark
+    monkeypatch.setattr(dense_module, "_mark", lambda *a, **k: marked.append(1) or mark(*a, **k))
+    p, n, rng = 3, 5000, np.random.default_rng(9)
+    base = supports(rng, p, n, 0.1, "float32")
+    zero_at, cancel_at = map(int, np.setdiff1d(np.arange(n),
+                                               np.concatenate([i for i, _ in base]))[:2])
+
+    def with_pair(vectors, rank, index, value):
+        indices, values = vectors[rank]
+        at = np.searchsorted(indices, index)
+        vectors = list(vectors)
+        vectors[rank] = (np.insert(indices, at, index),
+                         np.insert(values, at, np.float32(value)))
+        return vectors
+
+    cases = {"no zero sum": (base, 0),
+             "one rank's 0": (with_pair(base, 2, zero_at, 0.0), p),
+             "one rank's -0.0": (with_pair(base, 0, zero_at, -0.0), p),
+             "values that cancel": (with_pair(with_pair(base, 0, cancel_at, 1.5), 2, cancel_at,
+                                              -1.5), p)}
+    for case, (vectors, masks) in cases.items():
+        marked.clear()
+        results = run_threads(p, lambda c, v=vectors: sparse_allreduce(*v[c.rank], n, c,
+                                                                        algorithm="dense"))
+        assert len(marked) == masks, case
+        union = np.unique(np.concatenate([i for i, _ in vectors]))
+        want = dense_sum(vectors, n, "float32")[union]
+        for indices, values in results:
+            assert np.array_equal(indices, union), case
+            assert np.allclose(values, want, atol=1e-5), case
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["bytes", "int32 per element"])

@@ -145,7 +145,6 @@ def test_the_record_was_taken_with_the_constants_in_the_library(rows):
     from allreduce.algorithms.auto import DEFAULT_MODEL
     from allreduce.bench.sparse_inputs import inputs
     from allreduce.sparse import SPARSE_ALGORITHMS, SPARSE_CHOICES, auto
-    from allreduce.sparse.layout import chunk_counts
 
     checked = 0
     points = {(row.supports, row.density, row.n) for row in rows
@@ -163,8 +162,8 @@ def test_the_record_was_taken_with_the_constants_in_the_library(rows):
                     row.predicted, rel=1e-9), (supports, density, row.name)
                 checked += 1
             elif row.name == "auto":
-                loads = [chunk_counts(i, n, 4) for i in indices]
-                assert auto.label(*auto.choose(n, counts, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS,
-                                               loads=loads)) == row.chosen, (supports, density)
+                assert auto.label(*auto.choose_for_supports(
+                    n, indices, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)) == row.chosen, (
+                    supports, density)
                 checked += 1
     assert checked >= 8 * len(points) > 0

@@ -22,9 +22,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from allreduce import algorithms, cost, scaling  # noqa: F401  (algorithms registers FORMULAS)
-from allreduce.sparse import layout as sparse_layout
+from allreduce.sparse import auto as sparse_auto
 from allreduce.sparse import cost as sparse_cost
-from allreduce.sparse.dense import mask_bytes
+from allreduce.sparse import layout as sparse_layout
 
 from .conftest import SCREENSHOTS, write_screenshot_index
 
@@ -358,9 +358,9 @@ def _sparse_times(density: float, params: dict) -> dict:
     unions = [sparse_layout.union(n, density, s) if overlap == "independent"
               else (k if s else 0) if overlap == "identical" else min(s * k, n)
               for s in range(p + 1)]
-    size, mask = n * itemsize, mask_bytes(n, p)
+    size, count = n * itemsize, sparse_auto.ZERO_COUNT_BYTES
     times = {"dense": model.time(auto_rule.fastest(size, p, model), p, size)
-             + model.time(auto_rule.fastest(mask, p, model), p, mask)}
+             + model.time(auto_rule.fastest(count, p, model), p, count)}
     for name in ("allgather", "sparse_ring"):
         t = sparse_cost.expected_terms(name, n, p, k, itemsize, lambda s: unions[s])
         times[name] = model.overhead + t.steps * model.alpha + t.bytes * model.beta

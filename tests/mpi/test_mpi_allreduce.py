@@ -248,6 +248,26 @@ SPARSE_CASES = [(name, "length") for name in (*allreduce.SPARSE_ALGORITHMS, "aut
 def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm, boundaries):
     """allreduce.sparse on real MPI processes: int64 exactly, float32 to rounding, against
     MPI_Allreduce of the densified vectors; every rank the same bits."""
+    _sparse_against_mpi(algorithm, boundaries)
+
+
+def test_sparse_auto_that_probes_the_overlap_equals_mpi_allreduce(monkeypatch):
+    """The same, with every call long enough for auto to probe how the supports overlap
+    (``PROBE_FROM`` at 0 on every rank): one more all-gather, on real processes."""
+    from allreduce.sparse import auto, overlap
+
+    monkeypatch.setattr(auto, "PROBE_FROM", 0.0)
+    probed = []
+    gather = overlap.gather
+    monkeypatch.setattr(overlap, "gather", lambda *a: probed.append(1) or gather(*a))
+    _sparse_against_mpi("auto", None)
+    world = MPI.COMM_WORLD
+    # every call whose n gives each chunk room for its probes: n = 4096 (up to 5 ranks),
+    # at two densities, for each dtype; none on one rank
+    assert_on_all_ranks(world, len(probed) == 4 * (world.size > 1), f"{len(probed)} probes")
+
+
+def _sparse_against_mpi(algorithm, boundaries):
     from allreduce.sparse import sparse_allreduce
 
     world = MPI.COMM_WORLD

@@ -95,7 +95,6 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
     from ..sparse import auto, sparse_allreduce
     from ..sparse.compression import topk
     from ..sparse.chunks import CHUNKED
-    from ..sparse.layout import chunk_counts
     from ..sparse.vector import densify, local_seconds
 
     rows = []
@@ -153,9 +152,8 @@ def _source_rows(comm, n, densities, algorithms, source, pairs, iterations, warm
                 model = dense_model()
                 chosen = name
                 if name == "auto":
-                    loads = [chunk_counts(support, n, comm.size) for support in everyone]
-                    chosen = auto.label(*auto.choose(n, counts, 4, model, _exact(),
-                                                     loads=loads))
+                    chosen = auto.label(*auto.choose_for_supports(n, everyone, 4, model,
+                                                                  _exact()))
                 algorithm, boundaries = auto.parse(chosen)
                 predicted = auto.predict(algorithm, n, counts, 4, model, boundaries=boundaries,
                                          supports=everyone)

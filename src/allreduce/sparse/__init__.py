@@ -24,7 +24,7 @@ import numpy as np
 
 from ..algorithms.auto import model as auto_model
 from ..transports import as_communicator
-from . import auto
+from . import auto, overlap
 from .allgather import allgather
 from .check import _is_torch, agree, as_torch, describe
 from .chunks import BOUNDARIES, CHUNKED
@@ -90,9 +90,14 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     n, values = call.n, call.values
     chosen = call.algorithm
     if chosen == "auto":
-        chosen, boundaries = auto.choose(n, [sum(row) for row in loads], values.dtype.itemsize,
-                                         model, SPARSE_ALGORITHMS, dense_output=dense_output,
-                                         loads=loads, boundaries=boundaries)
+        counts = [sum(row) for row in loads]
+        facts = (n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS)
+        known = {"dense_output": dense_output, "loads": loads, "boundaries": boundaries}
+        hits = None
+        if auto.worth_probing(*facts, **known):  # a long call: measure the overlap first
+            hits = overlap.gather(communicator,
+                                  overlap.hits(call.indices, n, communicator.size))
+        chosen, boundaries = auto.choose(*facts, hits=hits, **known)
     options = {"boundaries": boundaries or "length"} if chosen in CHUNKED else {}
     if chosen != "dense":  # no message holds more than every rank's pairs together
         options["most_pairs"] = sum(map(sum, loads))

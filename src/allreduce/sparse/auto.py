@@ -8,7 +8,11 @@ each of ``p`` equal-length chunks: **independent supports** inside a chunk, the 
 ``s`` ranks' supports of density ``d`` in a chunk of ``w`` elements being
 ``w·(1 − (1 − d)^s)`` (:mod:`allreduce.sparse.layout`), so a chunk that holds most pairs
 shows, and so does what cutting equal nonzeros would save.  Every rank has the same counts
-and (checked) the same model, so every rank chooses the same.  Where the supports are known
+and (checked) the same model, so every rank chooses the same.  A call predicted to take at
+least :data:`PROBE_FROM` first measures how the supports overlap on a sample of positions
+(:mod:`allreduce.sparse.overlap`, one more all-gather), and where they are not as
+independent as assumed (Top-k gradients share their largest entries) predicts from what the
+probes measure instead.  Where the supports are known
 (the benchmark, the chapter), the same prediction takes the real unions instead
 (``supports=``) and the critical path of the real messages (:mod:`allreduce.sparse.cost`):
 that is the model the benchmark checks.
@@ -16,7 +20,7 @@ that is the model the benchmark checks.
 A prediction is the per-call overhead and the wire time under the dense α-β model, plus the
 local work, which in Python is much of a call from about 1% density: checking the indices,
 encoding and decoding pairs, merging sorted runs (a stable sort, m·lg m, or a dense sum
-over their range), densifying and the dense path's presence mask; plus two costs that
+over their range), densifying and reading the dense path's union back; plus two costs that
 neither the dense model nor the local work sees, a sparse call's own (its check, one more
 collective) and a sparse message's (:data:`OVERHEADS`).  The local work counted is the
 busiest rank's, or, where the ranks share cores (:data:`RANKS_PER_CORE`), all the ranks'
@@ -38,9 +42,8 @@ import numpy as np
 from ..algorithms.auto import describe_model, fastest, model_source
 from ..algorithms.auto import model as dense_model
 from ..cost import Model, largest_power_of_two
-from . import cost, layout
+from . import cost, layout, overlap
 from .chunks import BOUNDARIES, CHUNKED
-from .dense import mask_bytes
 from .layout import Layout, measured_unions
 from .vector import DENSE_MERGE_SHARE, index_dtype
 
@@ -49,8 +52,9 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: element of the range and pair of a merge that sums densely, and per merge, per pair a
 #: merge gives out (``"merge_out"``: gathering each index's sum; a merge of identical
 #: supports gives out 1/p of its pairs, of disjoint ones all of them), per element of a
-#: densified vector (and of the presence mask read back), per pair of a result marked in the
-#: mask and read back from the dense sum, and per pair of the call's check of its indices:
+#: densified vector (and of the dense sum searched for its non-zeros), per pair read from
+#: the dense sum (the result's, and each rank's own, checked for a sum of zero), and per
+#: pair of the call's check of its indices:
 #: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to one run
 #: on the idle reference machine (4 MPI ranks on 2 cores; ``chapters/data/sparse_bench_fit.json``:
 #: uniform supports at n = 16 M, 0.01-50%, the course's gradients at 0.01-50%, identical
@@ -72,6 +76,15 @@ LOCAL = {"code": 2.91e-9, "code_dense": 2.12e-9, "code_call": 0.0, "merge": 0.22
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
 OVERHEADS = {"call": 207e-6, "message": 73.9e-6}
+
+#: A call predicted (from the loads, as independent supports) to take at least this many
+#: seconds first measures how the supports overlap (:mod:`allreduce.sparse.overlap`: one
+#: more all-gather, of ``PROBES`` bits a rank, and a binary search per probe, about 0.1-0.3
+#: ms on the reference machine), and ``auto`` chooses from that: on the course's gradients
+#: at 10% density the independent estimate of the union was 1.4x the real one and picked
+#: the dense path, slower there than ``sparse_direct``.  Shorter calls choose from the loads
+#: alone, where the probe would cost more than the few percent it could save.
+PROBE_FROM = 5e-3
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
 #: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
@@ -118,9 +131,9 @@ def local_work(algorithm: str, n: int, counts: list[int], unions: list[float],
     def code(pairs, width):
         return _coding(pairs, width, pair_size, itemsize)
 
-    if algorithm == "dense":
+    if algorithm == "dense":  # and, for the union, each rank's sums at its own pairs
         return _sharing_cores(checked + n * LOCAL["densify"] + (
-            0 if dense_output else unions[p] * LOCAL["gather"]))
+            0 if dense_output else (unions[p] + np.asarray(counts, float)) * LOCAL["gather"]))
     if algorithm == "allgather":  # encode its own block once, decode the others', merge all
         return _sharing_cores(checked + code(counts, n).sum() + _merging(
             sum(counts), n, sum(c > 0 for c in counts), unions[p]))
@@ -172,8 +185,8 @@ def predict(algorithm: str, n: int, counts: list[int], itemsize: int, model: Mod
     """Seconds ``algorithm`` should take for ``counts[r]`` pairs on rank ``r``: expected from
     ``loads[r][c]``, rank ``r``'s pairs in equal-length chunk ``c`` (by default the pairs
     spread evenly), or from the real ``supports`` when given.  ``boundaries`` is how a
-    chunked algorithm cuts the range.  (With ``dense_output``, ``dense`` needs neither the
-    presence mask nor the gather.)"""
+    chunked algorithm cuts the range.  (With ``dense_output``, ``dense`` needs no union:
+    neither the count of zero sums nor the gather.)"""
     p = len(counts)
     if p == 1:
         return 0.0
@@ -211,13 +224,20 @@ def _predict(algorithm, n, counts, itemsize, model, unions, held, dense_output,
 
 @functools.lru_cache(maxsize=256)
 def _dense_wire(n: int, p: int, itemsize: int, model: Model, dense_output: bool) -> float:
-    """The dense path's time on the wire: the values' allreduce, and the presence mask's."""
+    """The dense path's time on the wire: the values' allreduce, and, for the union, the
+    gather of one integer a rank (priced as an allreduce of 8 bytes).  The presence mask's
+    allreduce, which only a sum of exactly zero calls for (:mod:`allreduce.sparse.dense`),
+    is left out."""
     dense_bytes = n * itemsize
     wire = model.time(fastest(dense_bytes, p, model), p, dense_bytes)
     if not dense_output:
-        mask = mask_bytes(n, p)
-        wire += model.time(fastest(mask, p, model), p, mask)
+        wire += model.time(fastest(ZERO_COUNT_BYTES, p, model), p, ZERO_COUNT_BYTES)
     return wire
+
+
+#: The dense path's gather of each rank's count of pairs that sum to zero, as the model
+#: prices it: an allreduce of one int64.
+ZERO_COUNT_BYTES = 8
 
 
 def options(candidates, boundaries: str | None = None) -> list[tuple[str, str]]:
@@ -229,8 +249,8 @@ def options(candidates, boundaries: str | None = None) -> list[tuple[str, str]]:
 
 
 def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
-           dense_output: bool = False, loads=None,
-           boundaries: str | None = None) -> tuple[str, str]:
+           dense_output: bool = False, loads=None, boundaries: str | None = None,
+           hits: np.ndarray | None = None) -> tuple[str, str]:
     """The candidate, and the boundaries it cuts with, of the smallest :func:`predict`
     (ties to the one listed first, equal lengths first), from ``loads`` rounded to quarter
     powers of two (at most 9% off), and remembered, so that calls holding about the same
@@ -239,16 +259,94 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
     remembered per exact loads too, so that a call repeating another's loads skips even
     rounding them (p² logarithms in Python: 6.5 µs a call on 4 ranks).  The key holds the
     constants (:func:`_constants`), so a changed :data:`RANKS_PER_CORE` or refitted
-    :data:`LOCAL` takes effect at the next call."""
+    :data:`LOCAL` takes effect at the next call.  Given ``hits``, every rank's probes
+    (:func:`allreduce.sparse.overlap.gather`), it predicts from the overlap they measure
+    instead, unless the probes find the supports as independent as the loads assume
+    (:func:`allreduce.sparse.overlap.independent`); what they measure is rounded and the
+    prediction remembered as the loads' are (:func:`_measured_predictions`; see
+    :func:`worth_probing` for when a call probes)."""
+    if hits is not None:
+        if loads is None:
+            raise TypeError("choose(hits=...) needs the loads the probes were taken with")
+        if not overlap.independent(hits, n, loads):
+            times = _measured_predictions(n, counts, loads, hits, itemsize, model,
+                                          candidates, dense_output, boundaries)
+            return min(times, key=times.get)
     exact = None if loads is None else tuple(map(tuple, loads))
     args = (n, tuple(counts), exact, itemsize, model, tuple(candidates), dense_output,
             boundaries, _constants())
     return (_choice if len(counts) <= FEW_RANKS else _choice_of)(*args)
 
 
+def worth_probing(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
+                  dense_output: bool = False, loads=None,
+                  boundaries: str | None = None) -> bool:
+    """Whether ``auto`` measures the supports' overlap before it chooses: when the fastest
+    option is predicted, from the loads, to take at least :data:`PROBE_FROM` seconds, every
+    chunk has room for its probes, and there are at most :data:`FEW_RANKS` ranks (the
+    windows' unions from the probes take p² passes over them).  Every rank answers alike:
+    the loads, the model and the constants are the same on all (checked)."""
+    p = len(counts)
+    if not 1 < p <= FEW_RANKS or not overlap.fits(n, p):
+        return False
+    times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
+                         dense_output, boundaries, _constants())
+    return min(times.values()) >= PROBE_FROM
+
+
+def choose_for_supports(n: int, supports: list[np.ndarray], itemsize: int, model: Model,
+                        candidates, *, dense_output: bool = False,
+                        boundaries: str | None = None) -> tuple[str, str]:
+    """What ``sparse_allreduce(..., algorithm="auto")`` chooses when rank ``r`` holds the
+    sorted indices ``supports[r]``: from the loads the check gathers, and from the probes
+    where :func:`worth_probing` (for a benchmark, which replays a call on one rank)."""
+    p = len(supports)
+    loads = [layout.chunk_counts(support, n, p) for support in supports]
+    counts = [len(support) for support in supports]
+    options = {"dense_output": dense_output, "loads": loads, "boundaries": boundaries}
+    hits = None
+    if worth_probing(n, counts, itemsize, model, candidates, **options):
+        hits = np.array([overlap.hits(support, n, p) for support in supports])
+    return choose(n, counts, itemsize, model, candidates, hits=hits, **options)
+
+
+def _measured_predictions(n, counts, loads, hits, itemsize, model, candidates, dense_output,
+                          boundaries) -> dict:
+    """Every option's predicted seconds, with the unions and the chunks' contents that the
+    probes measure (:mod:`allreduce.sparse.overlap`) in place of independent supports',
+    each rounded to a quarter power of two as :func:`choose` rounds the loads, so that
+    calls whose supports overlap about alike (a training run's steps) reuse a prediction."""
+    layouts = tuple((tuple(held.bounds), _quarters(held.pieces), _quarters(held.ring),
+                     _quarters(held.finished), held.histogram_bytes)
+                    for held in (overlap.held(hits, n, cut, loads) for cut in BOUNDARIES))
+    return _measured(n, _quarters(counts), _quarters(overlap.unions(hits, n)), layouts,
+                     itemsize, model, tuple(candidates), dense_output, boundaries,
+                     _constants())
+
+
+def _quarters(values):
+    """``values`` (a number or nested sequences of them) rounded to quarter powers of two,
+    as nested tuples (0 stays 0)."""
+    if isinstance(values, (list, tuple, np.ndarray)):
+        return tuple(_quarters(value) for value in values)
+    return 0.0 if values <= 0 else float(2 ** (round(4 * math.log2(values)) / 4))
+
+
+def _predicted_from_measured(n, counts, unions, layouts, itemsize, model, candidates,
+                             dense_output, boundaries, constants) -> dict:
+    held = {cut: Layout(list(bounds), np.array(pieces), np.array(ring).reshape(-1, len(counts)),
+                        np.array(finished), histogram)
+            for cut, (bounds, pieces, ring, finished, histogram) in zip(BOUNDARIES, layouts)}
+    return {option: _predict(option[0], n, list(counts), itemsize, model, list(unions),
+                             held[option[1]] if option[0] in CHUNKED else None, dense_output)
+            for option in options(candidates, boundaries)}
+
+
 def _constants() -> tuple:
-    """The module's constants as they are now, for the remembered choices' keys."""
-    return RANKS_PER_CORE, tuple(LOCAL.items()), tuple(OVERHEADS.items())
+    """The module's constants as they are now, for the remembered choices' keys (and what
+    the check compares across ranks: a rank that probed alone would wait forever)."""
+    return (RANKS_PER_CORE, tuple(LOCAL.items()), tuple(OVERHEADS.items()), PROBE_FROM,
+            overlap.PROBES, overlap.LEAST_PER_CHUNK)
 
 
 def constants_digest() -> int:
@@ -273,9 +371,7 @@ def _choice_of(n, counts, loads, itemsize, model, candidates, dense_output, boun
 
 def _rounded_loads(counts: list[int], loads) -> tuple[tuple[float, ...], ...]:
     p = len(counts)
-    loads = [[count / p] * p for count in counts] if loads is None else loads
-    return tuple(tuple(0.0 if x <= 0 else float(2 ** (round(4 * math.log2(x)) / 4))
-                       for x in row) for row in loads)
+    return _quarters([[count / p] * p for count in counts] if loads is None else loads)
 
 
 def _predicted(n, loads, itemsize, model, candidates, dense_output, boundaries,
@@ -299,6 +395,7 @@ FEW_RANKS = 16
 _choice = functools.lru_cache(maxsize=256)(_choice_of)
 _few = functools.lru_cache(maxsize=1024)(_predicted)
 _many = functools.lru_cache(maxsize=4)(_predicted)
+_measured = functools.lru_cache(maxsize=256)(_predicted_from_measured)  # (FEW_RANKS at most)
 
 
 def _predictions(n, loads, *rest) -> dict:

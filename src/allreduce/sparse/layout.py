@@ -36,7 +36,8 @@ class Layout:
         return np.array([hi - lo for lo, hi in self.bounds], float)
 
 
-def _histogram_bytes(n: int, p: int) -> int:
+def histogram_round_bytes(n: int, p: int) -> int:
+    """Bytes of the histogram's allreduce that cuts chunks of equal nonzeros."""
     return 8 * bins(n, p)  # int64 counts
 
 
@@ -94,7 +95,7 @@ def from_supports(supports: list[np.ndarray], n: int, boundaries: str = "length"
                 ring[s, r] = count
         finished[c] = count
     return Layout(bounds, pieces, ring, finished,
-                  _histogram_bytes(n, p) if boundaries == "nonzeros" else 0)
+                  histogram_round_bytes(n, p) if boundaries == "nonzeros" else 0)
 
 
 def chunk_counts(indices: np.ndarray, n: int, p: int) -> list[int]:
@@ -146,7 +147,7 @@ def expected(loads, n: int, boundaries: str = "length") -> Layout:
         ring[np.arange(p - 1), order[:-1]] = held[:-1]
         finished[c] = held[-1]
     return Layout(bounds, pieces, ring, finished,
-                  _histogram_bytes(n, p) if boundaries == "nonzeros" else 0)
+                  histogram_round_bytes(n, p) if boundaries == "nonzeros" else 0)
 
 
 def window_unions(loads, n: int) -> list[float]:

@@ -165,7 +165,7 @@ def presets() -> dict:
 def data() -> dict:
     from ..algorithms.auto import CANDIDATES
     from ..sparse.allgather import BRUCK_LIMIT
-    from ..sparse.dense import PACKED_RANKS
+    from ..sparse.auto import ZERO_COUNT_BYTES
     from ..sparse.exchange import OVERHEAD_BYTES
     from ..sparse.vector import index_dtype
     from .style import OKABE_ITO
@@ -175,7 +175,7 @@ def data() -> dict:
         "candidates": list(CANDIDATES),
         "colours": [c for c in OKABE_ITO if c not in ("#000000", "#F0E442")],
         "sparse": {"overhead_bytes": OVERHEAD_BYTES, "bruck_limit": BRUCK_LIMIT,
-                   "packed_ranks": PACKED_RANKS,
+                   "zero_count_bytes": ZERO_COUNT_BYTES,
                    "index_bytes_below_2_31": int(index_dtype(1).itemsize),
                    "index_bytes_from_2_31": int(index_dtype(2**31).itemsize)},
         "stepper": {alg: {str(p): stepper_trace(alg, p) for p in STEPPER_RANKS}

@@ -451,10 +451,11 @@ function sparseExplorer(root) {
   };
   const times = (density, p, n, overlap) => {
     const unions = unionsOf(overlap, n, density, p), k = density * n, size = n * state.itemsize;
-    // dense: the values' allreduce and the presence mask's (sparse.auto.predict's wire)
-    const mask = p <= DATA.sparse.packed_ranks ? 4 * -Math.floor(-n / 4) : 4 * n;
+    // dense: the values' allreduce and the gather of each rank's count of zero sums, priced
+    // as an allreduce of zero_count_bytes (sparse.auto.predict's wire)
+    const count = DATA.sparse.zero_count_bytes;
     const out = {dense: modelTime(model, fastest(size, p, model), p, size, {})
-                        + modelTime(model, fastest(mask, p, model), p, mask, {})};
+                        + modelTime(model, fastest(count, p, model), p, count, {})};
     for (const name of ["allgather", "sparse_ring"]) {
       const t = expectedTerms(name, n, p, k, state.itemsize, (s) => unions[s]);
       out[name] = model.overhead + t.steps * model.alpha + t.bytes * model.beta;

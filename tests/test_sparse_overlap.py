@@ -1,0 +1,176 @@
+"""The sparse ``auto``'s probes of how the ranks' supports overlap
+(:mod:`allreduce.sparse.overlap`): what they estimate against the real supports, when
+``auto`` takes them, and that a call that probes still gives every rank the exact sum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allreduce.algorithms.auto import DEFAULT_MODEL
+from allreduce.sparse import SPARSE_ALGORITHMS, auto, layout, overlap, sparse_allreduce
+from allreduce.sparse.chunks import equal_length
+from allreduce.transports.threads import run_threads
+
+
+def kinds(rng, n: int, p: int, density: float) -> dict[str, list[np.ndarray]]:
+    """Supports of every kind of overlap, each rank's sorted indices."""
+    k = int(density * n)
+    one = np.sort(rng.choice(n, k, replace=False))
+    spread = rng.permutation(n)
+    shared = rng.choice(n, k // 2, replace=False)
+    return {
+        "independent": [np.sort(rng.choice(n, k, replace=False)) for _ in range(p)],
+        "identical": [one] * p,
+        "disjoint": [np.sort(spread[r * (n // p):][:min(k, n // p)]) for r in range(p)],
+        "half shared": [np.union1d(shared, rng.choice(n, k - k // 2, replace=False))
+                        for _ in range(p)],
+        "clustered": [np.sort(rng.choice(n // 5, k // 4, replace=False)) for _ in range(p)],
+    }
+
+
+def table(supports, n):
+    return np.array([overlap.hits(s, n, len(supports)) for s in supports])
+
+
+def within_sampling(estimate, real, width: int, probes: int) -> bool:
+    """Whether a count estimated from ``probes`` probes over ``width`` elements is within
+    five standard deviations (and one probe's weight) of the real one."""
+    share = np.clip(np.asarray(real, float) / width, 0, 1)
+    spread = width / probes * np.sqrt(probes * share * (1 - share))
+    return bool(np.all(np.abs(np.asarray(estimate) - real) <= 5 * spread + width / probes))
+
+
+@pytest.mark.parametrize("p", [2, 4, 7])
+def test_the_probes_estimate_the_unions_and_what_each_chunk_holds(p):
+    """On supports of every kind of overlap: the windows' unions, the ring's partial sums
+    and the finished chunks that the probes estimate are the real supports' within sampling
+    error; with equal lengths the cut and each rank's pairs per chunk are exact; identical
+    supports' probes give every window the same union, as the real ones do."""
+    n = 1 << 20
+    for density in (0.01, 0.1):
+        for kind, supports in kinds(np.random.default_rng(p), n, p, density).items():
+            hits = table(supports, n)
+            probes = hits.shape[1]
+            assert probes == p * overlap.per_chunk(p)
+            assert within_sampling(overlap.unions(hits, n), layout.measured_unions(supports),
+                                   n, probes), kind
+            real, guess = layout.from_supports(supports, n), overlap.held(
+                hits, n, "length", [layout.chunk_counts(s, n, p) for s in supports])
+            assert guess.bounds == real.bounds and (guess.pieces == real.pieces).all()
+            for ours, theirs in ((guess.ring, real.ring), (guess.finished, real.finished)):
+                assert within_sampling(ours, theirs, n // p, probes // p), kind
+            cut = overlap.held(hits, n, "nonzeros", None)
+            assert cut.bounds[0][0] == 0 and cut.bounds[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(cut.bounds, cut.bounds[1:]))
+            assert cut.histogram_bytes == layout.from_supports(
+                supports, n, "nonzeros").histogram_bytes > 0
+            assert within_sampling(cut.finished.sum(), real.finished.sum(), n, probes), kind
+            if kind == "identical":
+                unions = overlap.unions(hits, n)
+                assert unions[1:] == [unions[1]] * p
+
+
+def test_the_probes_find_overlap_where_the_loads_cannot_see_it():
+    """Independent supports hold as many probes together as their loads predict; identical
+    ones do not, at 1% (a union of 1% of the vector where independent ones' is 3.9%) or at
+    10% (10% against 34%), nor, at 10%, ones that share half their pairs (24%) or disjoint
+    ones (40%).  At 1% the last two differ from independent ones by fewer probes than
+    sampling does, and are not asserted either way."""
+    n, p = 1 << 20, 4
+    for density in (0.01, 0.1):
+        for kind, supports in kinds(np.random.default_rng(11), n, p, density).items():
+            loads = [layout.chunk_counts(s, n, p) for s in supports]
+            found = overlap.independent(table(supports, n), n, loads)
+            if kind == "independent":
+                assert found, density
+            elif kind == "identical" or (kind != "clustered" and density == 0.1):
+                assert not found, (kind, density)
+
+
+def test_the_probed_positions_are_fixed_spread_and_one_per_stratum():
+    """The same positions for the same n and p (every rank must probe alike), sorted and
+    distinct, ``per_chunk(p)`` in each equal-length chunk, and on independent supports a
+    probe is held as often as the density says."""
+    n, p = 1_000_003, 3
+    positions = overlap.positions(n, p)
+    assert positions is overlap.positions(n, p) and not positions.flags.writeable
+    assert (np.diff(positions) > 0).all()
+    m = overlap.per_chunk(p)
+    for lo, hi in equal_length(n, p):
+        assert ((positions >= lo) & (positions < hi)).sum() == m
+    rng = np.random.default_rng(2)
+    held = [overlap.hits(np.sort(rng.choice(n, n // 5, replace=False)), n, p).mean()
+            for _ in range(20)]
+    assert np.mean(held) == pytest.approx(0.2, abs=0.01)
+    assert not overlap.fits(10, 3) and overlap.fits(3 * m, 3)
+
+
+def test_auto_on_identical_supports_runs_a_sparse_algorithm_where_the_loads_say_dense():
+    """At 10% density on 1 M elements over 4 ranks, identical supports look from their
+    loads like independent ones, whose union holds 34% of the vector: auto would run the
+    dense path, 1.29x the best real prediction.  A call that long probes, and then runs
+    the algorithm that the real supports predict within 5% of the best."""
+    n, p = 1 << 20, 4
+    supports = kinds(np.random.default_rng(3), n, p, 0.1)["identical"]
+    counts = [len(s) for s in supports]
+    loads = [layout.chunk_counts(s, n, p) for s in supports]
+    facts = (n, counts, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
+    assert auto.worth_probing(*facts, loads=loads)
+    real = {option: auto.predict(option[0], n, counts, 4, DEFAULT_MODEL, boundaries=option[1],
+                                 supports=supports) for option in auto.options(SPARSE_ALGORITHMS)}
+    best = min(real.values())
+    assert auto.choose(*facts, loads=loads) == ("dense", "length")
+    assert real["dense", "length"] > 1.2 * best
+    chosen = auto.choose_for_supports(n, supports, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
+    assert chosen[0] != "dense" and real[chosen] <= 1.05 * best
+    with pytest.raises(TypeError, match="needs the loads"):
+        auto.choose(*facts, hits=table(supports, n))
+
+
+def test_a_short_call_does_not_probe_and_a_long_one_probes_once_per_rank(monkeypatch):
+    """Under the reference model a call of 1,000 pairs a rank does not probe; with
+    ``PROBE_FROM`` at 0 every call does, one all-gather a rank, on every rank alike, and the
+    sum is still exact (integers) and the same on every rank, for every kind of overlap."""
+    n, p = 1 << 16, 4
+    gathered = []
+    real_gather = overlap.gather
+
+    def counted(comm, mine):
+        gathered.append(comm.rank)
+        return real_gather(comm, mine)
+
+    monkeypatch.setattr(overlap, "gather", counted)
+    rng = np.random.default_rng(4)
+    few = [(np.sort(rng.choice(n, 1000, replace=False)), np.ones(1000, np.int64))
+           for _ in range(p)]
+    run_threads(p, lambda c: sparse_allreduce(*few[c.rank], n, c))
+    assert gathered == []
+    monkeypatch.setattr(auto, "PROBE_FROM", 0.0)
+    for kind, supports in kinds(rng, n, p, 0.1).items():
+        gathered.clear()
+        vectors = [(s, rng.integers(-3, 4, len(s)).astype(np.int64)) for s in supports]
+        results = run_threads(p, lambda c, v=vectors: sparse_allreduce(*v[c.rank], n, c))
+        assert sorted(gathered) == list(range(p)), kind
+        full = np.zeros(n, np.int64)
+        for indices, values in vectors:
+            full[indices] += values
+        union = np.unique(np.concatenate(supports))
+        for indices, values in results:
+            assert (indices == union).all() and (values == full[union]).all(), kind
+
+
+def test_ranks_that_would_probe_differently_raise_together(monkeypatch):
+    """``PROBE_FROM`` and the probes' count are in the constants whose digest the check
+    compares across ranks (``test_ranks_whose_sparse_constants_differ_raise_together`` in
+    test_sparse.py: differing digests raise on every rank): a rank that probed alone would
+    wait for the others' hits forever."""
+    from allreduce.sparse import _model_bits
+
+    bits = _model_bits(DEFAULT_MODEL)
+    for module, name in ((auto, "PROBE_FROM"), (overlap, "PROBES"),
+                         (overlap, "LEAST_PER_CHUNK")):
+        monkeypatch.setattr(module, name, getattr(module, name) * 2)
+        assert _model_bits(DEFAULT_MODEL) != bits, name
+        monkeypatch.undo()
+    assert _model_bits(DEFAULT_MODEL) == bits
