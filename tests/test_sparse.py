@@ -856,9 +856,10 @@ def test_measured_unions_are_the_windows_unions(p):
 
 def test_the_dense_path_reads_the_union_from_the_non_zeros_unless_a_sum_is_zero(monkeypatch):
     """Without a sum of zero at any rank's pair, the union is where the dense sum is not
-    zero, and no rank runs the presence mask; one rank's explicit 0 or -0.0 alone at an
-    index, or two ranks' values that cancel, send every rank to the mask, and that index
-    stays in the union (with the sum 0)."""
+    zero, and no rank runs the presence mask (a NaN is not zero); one rank's explicit 0
+    alone at an index, every rank's -0.0 at one (a sum of -0.0), or two ranks' values that
+    cancel, send every rank to the mask, and that index stays in the union (with the sum
+    0)."""
     import importlib
 
     dense_module = importlib.import_module("allreduce.sparse.dense")
@@ -878,9 +879,13 @@ def test_the_dense_path_reads_the_union_from_the_non_zeros_unless_a_sum_is_zero(
                          np.insert(values, at, np.float32(value)))
         return vectors
 
+    every = base
+    for rank in range(p):
+        every = with_pair(every, rank, zero_at, -0.0)
     cases = {"no zero sum": (base, 0),
+             "one rank's NaN": (with_pair(base, 1, zero_at, np.nan), 0),
              "one rank's 0": (with_pair(base, 2, zero_at, 0.0), p),
-             "one rank's -0.0": (with_pair(base, 0, zero_at, -0.0), p),
+             "every rank's -0.0": (every, p),
              "values that cancel": (with_pair(with_pair(base, 0, cancel_at, 1.5), 2, cancel_at,
                                               -1.5), p)}
     for case, (vectors, masks) in cases.items():
@@ -892,7 +897,9 @@ def test_the_dense_path_reads_the_union_from_the_non_zeros_unless_a_sum_is_zero(
         want = dense_sum(vectors, n, "float32")[union]
         for indices, values in results:
             assert np.array_equal(indices, union), case
-            assert np.allclose(values, want, atol=1e-5), case
+            assert np.allclose(values, want, atol=1e-5, equal_nan=True), case
+            if case == "every rank's -0.0":  # the sum there is -0.0, and it is in the union
+                assert np.signbit(values[indices == zero_at]).all()
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["bytes", "int32 per element"])

@@ -9,7 +9,8 @@ each of ``p`` equal-length chunks: **independent supports** inside a chunk, the 
 ``w·(1 − (1 − d)^s)`` (:mod:`allreduce.sparse.layout`), so a chunk that holds most pairs
 shows, and so does what cutting equal nonzeros would save.  Every rank has the same counts
 and (checked) the same model, so every rank chooses the same.  A call predicted to take at
-least :data:`PROBE_FROM` first measures how the supports overlap on a sample of positions
+least :data:`PROBE_FROM` (on at most :data:`FEW_RANKS` ranks, :func:`worth_probing`) first
+measures how the supports overlap on a sample of positions
 (:mod:`allreduce.sparse.overlap`, one more all-gather), and where they are not as
 independent as assumed (Top-k gradients share their largest entries) predicts from what the
 probes measure instead.  Where the supports are known
@@ -78,12 +79,14 @@ LOCAL = {"code": 2.91e-9, "code_dense": 2.12e-9, "code_call": 0.0, "merge": 0.22
 OVERHEADS = {"call": 207e-6, "message": 73.9e-6}
 
 #: A call predicted (from the loads, as independent supports) to take at least this many
-#: seconds first measures how the supports overlap (:mod:`allreduce.sparse.overlap`: one
-#: more all-gather, of ``PROBES`` bits a rank, and a binary search per probe, about 0.1-0.3
-#: ms on the reference machine), and ``auto`` chooses from that: on the course's gradients
-#: at 10% density the independent estimate of the union was 1.4x the real one and picked
-#: the dense path, slower there than ``sparse_direct``.  Shorter calls choose from the loads
-#: alone, where the probe would cost more than the few percent it could save.
+#: seconds (on at most :data:`FEW_RANKS` ranks, each chunk with room for its probes: see
+#: :func:`worth_probing`) first measures how the supports overlap
+#: (:mod:`allreduce.sparse.overlap`: a binary search per probe, about :data:`PROBES` of
+#: them, and one more all-gather of them as bits; 0.3-1 ms in all on the reference machine
+#: at 10% of 16 M, 4 MPI ranks), and ``auto`` chooses from that: on identical supports at
+#: 10% of 16 M the loads alone picked the dense path, 1.4-1.5x slower there than
+#: ``sparse_direct`` (four runs, with the presence mask the dense path then always ran).  Shorter calls choose from the loads alone, where the probe would
+#: cost more than the few percent it could save.
 PROBE_FROM = 5e-3
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
@@ -285,7 +288,8 @@ def worth_probing(n: int, counts: list[int], itemsize: int, model: Model, candid
     option is predicted, from the loads, to take at least :data:`PROBE_FROM` seconds, every
     chunk has room for its probes, and there are at most :data:`FEW_RANKS` ranks (the
     windows' unions from the probes take p² passes over them).  Every rank answers alike:
-    the loads, the model and the constants are the same on all (checked)."""
+    the loads, the model and the constants (:data:`FEW_RANKS` among them) are the same on
+    all (checked)."""
     p = len(counts)
     if not 1 < p <= FEW_RANKS or not overlap.fits(n, p):
         return False
@@ -314,12 +318,13 @@ def _measured_predictions(n, counts, loads, hits, itemsize, model, candidates, d
                           boundaries) -> dict:
     """Every option's predicted seconds, with the unions and the chunks' contents that the
     probes measure (:mod:`allreduce.sparse.overlap`) in place of independent supports',
-    each rounded to a quarter power of two as :func:`choose` rounds the loads, so that
-    calls whose supports overlap about alike (a training run's steps) reuse a prediction."""
+    each rounded to a quarter power of two as :func:`choose` rounds the loads (but the
+    bounds of a cut of equal nonzeros, exact), so that a call whose supports overlap as an
+    earlier one's did reuses its prediction."""
     layouts = tuple((tuple(held.bounds), _quarters(held.pieces), _quarters(held.ring),
                      _quarters(held.finished), held.histogram_bytes)
                     for held in (overlap.held(hits, n, cut, loads) for cut in BOUNDARIES))
-    return _measured(n, _quarters(counts), _quarters(overlap.unions(hits, n)), layouts,
+    return _measured(n, _quarters(counts), _quarters(overlap.unions(hits, n, counts)), layouts,
                      itemsize, model, tuple(candidates), dense_output, boundaries,
                      _constants())
 
@@ -346,7 +351,7 @@ def _constants() -> tuple:
     """The module's constants as they are now, for the remembered choices' keys (and what
     the check compares across ranks: a rank that probed alone would wait forever)."""
     return (RANKS_PER_CORE, tuple(LOCAL.items()), tuple(OVERHEADS.items()), PROBE_FROM,
-            overlap.PROBES, overlap.LEAST_PER_CHUNK)
+            overlap.PROBES, overlap.LEAST_PER_CHUNK, FEW_RANKS)
 
 
 def constants_digest() -> int:

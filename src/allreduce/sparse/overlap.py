@@ -31,7 +31,7 @@ from .vector import timed
 #: pairs (four times as many took 1.1 ms, 4 MPI ranks on the reference machine's 2 cores).
 PROBES = 1024
 LEAST_PER_CHUNK = 16
-_GOLDEN = 2654435761  # Knuth's multiplicative hash: 2³² divided by the golden ratio
+_GOLDEN = 2654435761  # a prime near 2³²/φ: the multiplier of Knuth's multiplicative hashing
 
 
 def per_chunk(p: int) -> int:
@@ -44,12 +44,15 @@ def fits(n: int, p: int) -> bool:
     return n // p >= per_chunk(p)
 
 
-@functools.lru_cache(maxsize=32)
 def positions(n: int, p: int) -> np.ndarray:
     """The probed positions, sorted, the same on every rank (integer arithmetic only):
     ``m`` per equal-length chunk (:func:`per_chunk`), probe ``t`` of a chunk in its
     ``t``-th of ``m`` equal strata.  Needs :func:`fits`."""
-    m = per_chunk(p)
+    return _positions(n, p, per_chunk(p))
+
+
+@functools.lru_cache(maxsize=32)
+def _positions(n: int, p: int, m: int) -> np.ndarray:  # kept per m too: PROBES may change
     t = np.arange(m + 1, dtype=np.int64)
     probes = []
     for lo, hi in equal_length(n, p):
@@ -82,20 +85,29 @@ def gather(comm: Communicator, mine: np.ndarray) -> np.ndarray:
     return np.unpackbits(table.view(np.uint8), axis=1)[:, :len(mine)].astype(bool)
 
 
-def unions(table: np.ndarray, n: int) -> list[float]:
+def unions(table: np.ndarray, n: int, counts) -> list[float]:
     """``u[s]``, as :func:`~allreduce.sparse.layout.measured_unions` gives them from the
     real supports (the mean over the ``p`` windows of ``s`` consecutive ranks), estimated
-    from the probes the ranks hold (``table`` from :func:`gather`), scaled by ``n/K``."""
-    p, probes = table.shape
+    from the probes the ranks hold (``table`` from :func:`gather`) and their ``counts`` of
+    pairs (:func:`_united`)."""
+    p = len(table)
+    counts = np.asarray(counts, float)
     totals = np.zeros(p + 1)
     for r in range(p):  # the windows ending at r: ranks r, r − 1, ..., r − p + 1
-        totals[1:] += _grown(table[(r - np.arange(p)) % p])
-    return [float(total * n / (p * probes)) for total in totals]
+        order = (r - np.arange(p)) % p
+        totals[1:] += _united(table[order], counts[order], n)
+    return [float(total / p) for total in totals]
 
 
-def _grown(rows: np.ndarray) -> np.ndarray:
-    """``[s]``: the probes held by any of the first ``s + 1`` of ``rows``."""
-    return np.logical_or.accumulate(rows, axis=0).sum(axis=1)
+def _united(rows: np.ndarray, pairs: np.ndarray, width: float) -> np.ndarray:
+    """``[s]``: the union of the first ``s + 1`` of ``rows``' supports, which hold ``pairs``
+    pairs in ``width`` elements: their pairs together times the share of their probes that
+    are distinct (a ratio estimate, exact for one rank and for disjoint supports), or, where
+    they hold no probe at all, what independent supports would hold."""
+    distinct = np.logical_or.accumulate(rows, axis=0).sum(axis=1)
+    held, together = np.cumsum(rows.sum(axis=1)), np.cumsum(pairs)
+    independent = width * (1 - np.cumprod(1 - np.clip(pairs / width, 0, 1)))
+    return np.where(held > 0, together * distinct / np.maximum(held, 1), independent)
 
 
 def held(table: np.ndarray, n: int, boundaries: str, loads) -> Layout:
@@ -105,7 +117,7 @@ def held(table: np.ndarray, n: int, boundaries: str, loads) -> Layout:
     chunk, so that equal lengths cut the probes where the real chunks are cut; equal
     nonzeros cut where the probes' histogram reaches each ``c/p`` of them) scaled by
     ``n/K``.  With equal lengths each rank's pairs per chunk are the ``loads`` the check
-    gathered, exactly."""
+    gathered, exactly, and the unions grow from them (:func:`_united`)."""
     p, probes = table.shape
     scale = n / probes
     if boundaries == "length":
@@ -113,15 +125,19 @@ def held(table: np.ndarray, n: int, boundaries: str, loads) -> Layout:
     else:
         per_bin = np.add.reduceat(table.sum(axis=0), bin_starts(probes, p)[:-1])
         cuts = [lo for lo, _ in balanced(per_bin, probes, p)] + [probes]
-    pieces, ring, finished = np.zeros((p, p)), np.zeros((max(p - 1, 0), p)), np.zeros(p)
+    pieces = np.stack([table[:, cuts[c]:cuts[c + 1]].sum(axis=1) * scale for c in range(p)],
+                      axis=1)
+    if boundaries == "length":  # each rank's pairs per chunk: the loads, exactly
+        pieces = np.asarray(loads, float)
+    ring, finished = np.zeros((max(p - 1, 0), p)), np.zeros(p)
     for c in range(p):  # chunk c takes in ranks c + 1, c + 2, ... in turn
         order = (c + 1 + np.arange(p)) % p
-        grown = _grown(table[order, cuts[c]:cuts[c + 1]]) * scale
+        width = max(1, round((cuts[c + 1] - cuts[c]) * scale))
+        grown = _united(table[order, cuts[c]:cuts[c + 1]], pieces[order, c], width)
         ring[np.arange(p - 1), order[:-1]] = grown[:-1]
         finished[c] = grown[-1]
-        pieces[:, c] = table[:, cuts[c]:cuts[c + 1]].sum(axis=1) * scale
     if boundaries == "length":
-        return Layout(equal_length(n, p), np.asarray(loads, float), ring, finished)
+        return Layout(equal_length(n, p), pieces, ring, finished)
     at = [min(n, round(cut * scale)) for cut in cuts]
     return Layout([(at[c], at[c + 1]) for c in range(p)], pieces, ring, finished,
                   histogram_round_bytes(n, p))

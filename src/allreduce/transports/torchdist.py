@@ -125,8 +125,10 @@ class TorchCommunicator(Communicator):
         return torch.device("cuda", torch.cuda.current_device()) if self.uses_cuda else torch.device("cpu")
 
     def allgather_ints(self, values: np.ndarray) -> np.ndarray:
-        # every call's check starts here, before its algorithm posts anything: what is still
-        # kept was posted by a call that raised before its wait, and no peer will match it
+        # every call's check starts here, before its algorithm posts anything, and a sparse
+        # call's later gathers (the overlap's probes, the dense path's count of zero sums)
+        # come after every message before them was waited on: what is still kept was posted
+        # by a call that raised before its wait, and no peer will match it
         self._kept = None
         mine = torch.tensor(values, dtype=torch.int64, device=self._device())
         gathered = [torch.empty_like(mine) for _ in range(self.size)]
