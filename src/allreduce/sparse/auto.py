@@ -59,16 +59,16 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: fitted with :data:`OVERHEADS` by :func:`allreduce.bench.sparse_record.fit` to one run
 #: on the idle reference machine (4 MPI ranks on 2 cores; ``chapters/data/sparse_bench_fit.json``:
 #: uniform supports at n = 16 M, 0.01-50%, the course's gradients at 0.01-50%, identical
-#: and disjoint supports at 0.01-1%), so that the committed record, three later runs
+#: and disjoint supports at 0.01-10%), so that the committed record, three later runs
 #: (``chapters/data/sparse_bench_runs.json``, the last also ``sparse_bench_reference.json``),
 #: tests them.  A constant the fit found no use for is 0 (non-negative least squares).  They
 #: are a core's rates, the sharing of cores apart (:data:`RANKS_PER_CORE`).  The fit splits
 #: a merge's time among ``"merge_call"``, ``"merge"`` and ``"merge_out"``, so ``"merge"``
 #: alone is below a whole merge's rate: merging the gradients' 4 × 4,000 pairs at 0.1% alone
 #: in one process took 0.79 ns per m·lg m in all.
-LOCAL = {"code": 2.91e-9, "code_dense": 2.12e-9, "code_call": 0.0, "merge": 0.228e-9,
-         "merge_dense": 0.667e-9, "merge_call": 31.4e-6, "merge_out": 10.4e-9, "densify": 0.592e-9,
-         "gather": 2.08e-9, "check": 5.19e-9}
+LOCAL = {"code": 1.92e-9, "code_dense": 2.52e-9, "code_call": 0.0, "merge": 0.462e-9,
+         "merge_dense": 1.83e-9, "merge_call": 31.7e-6, "merge_out": 5.61e-9, "densify": 0.535e-9,
+         "gather": 0.592e-9, "check": 9.3e-9}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
@@ -76,7 +76,7 @@ LOCAL = {"code": 2.91e-9, "code_dense": 2.12e-9, "code_call": 0.0, "merge": 0.22
 #: check (one more collective), its Python outside the timed local work, and, on the
 #: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
 #: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 207e-6, "message": 73.9e-6}
+OVERHEADS = {"call": 210e-6, "message": 78e-6}
 
 #: A call predicted (from the loads, as independent supports) to take at least this many
 #: seconds (on at most :data:`FEW_RANKS` ranks, each chunk with room for its probes: see
