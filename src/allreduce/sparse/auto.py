@@ -82,12 +82,15 @@ OVERHEADS = {"call": 210e-6, "message": 78e-6}
 #: seconds (on at most :data:`FEW_RANKS` ranks, each chunk with room for its probes: see
 #: :func:`worth_probing`) first measures how the supports overlap
 #: (:mod:`allreduce.sparse.overlap`: a binary search per probe, about :data:`PROBES` of
-#: them, and one more all-gather of them as bits; 0.3-1 ms in all on the reference machine
-#: at 10% of 16 M, 4 MPI ranks), and ``auto`` chooses from that: on identical supports at
-#: 10% of 16 M the loads alone picked the dense path, 1.4-1.5x slower there than
-#: ``sparse_direct`` (four runs, with the presence mask the dense path then always ran).  Shorter calls choose from the loads alone, where the probe would
-#: cost more than the few percent it could save.
-PROBE_FROM = 5e-3
+#: them, one more all-gather of them as bits, and the prediction from them), and ``auto``
+#: chooses from that: on identical supports at 10% of 16 M the loads alone picked the dense
+#: path, 1.4-1.5x slower there than ``sparse_direct`` (four runs, with the presence mask the
+#: dense path then always ran).  The probe costs milliseconds on the reference machine (4
+#: MPI ranks on 2 cores): 2.6 ms of a call that took 8.2 ms without it (``sparse_direct`` on
+#: identical supports at 1% of 16 M, which the loads pick anyway) and 4 ms of 71 ms at 10%;
+#: so shorter calls choose from the loads alone, where the probe would cost more than the
+#: few percent it could save.
+PROBE_FROM = 50e-3
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
 #: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
@@ -409,11 +412,13 @@ def _predictions(n, loads, *rest) -> dict:
 
 def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool = False,
             candidates=None, loads=None) -> str:
-    """What the sparse ``auto`` would run for ``counts[r]`` pairs on rank ``r`` of a vector
-    of length ``n`` (``loads[r][c]`` of them in equal-length chunk ``c``, by default spread
-    evenly): each exact algorithm's predicted time with each boundaries, as :func:`choose`
-    predicts them, the choice, and the model behind it with where it came from (the dense
-    ``auto``'s, :func:`allreduce.auto.explain`)."""
+    """What the sparse ``auto`` would choose from the loads alone for ``counts[r]`` pairs on
+    rank ``r`` of a vector of length ``n`` (``loads[r][c]`` of them in equal-length chunk
+    ``c``, by default spread evenly): each exact algorithm's predicted time with each
+    boundaries, as :func:`choose` predicts them from the loads, the choice, and the model
+    behind it with where it came from (the dense ``auto``'s, :func:`allreduce.auto.explain`).
+    A call that :func:`worth_probing` sends to the probes may choose otherwise, from the
+    overlap it measures."""
     if candidates is None:
         from . import SPARSE_ALGORITHMS as candidates
     model = dense_model()

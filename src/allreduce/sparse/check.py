@@ -150,9 +150,10 @@ def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
                         "Every rank must pass the same n, dtype, op, algorithm, boundaries, "
                         "k and dense_output.",
                         ValueError(f"{caller}: the ranks' cost models differ (a saved "
-                                   "model, or allreduce.sparse.auto's RANKS_PER_CORE or "
-                                   "LOCAL, changed on some ranks only?), so auto could "
-                                   "choose differently on each"))
+                                   "model, or allreduce.sparse.auto's constants, such as "
+                                   "RANKS_PER_CORE, LOCAL or PROBE_FROM, changed on some "
+                                   "ranks only?), so auto could choose, or probe, "
+                                   "differently on each"))
     return []  # not reached: raise_on_every_rank always raises
 
 

@@ -9,10 +9,11 @@ Every rank looks up the same :func:`positions` (``m`` in each of the ``p`` equal
 chunks, one in each of ``m`` equal strata of it, at an offset that a multiplicative hash
 of its number picks, so that no stride of a tensor's layout lines up with them) in its
 sorted indices, a binary search each; one all-gather of the hits, as bits, gives every
-rank the same ``p × K`` matrix (:func:`gather`).  The probes a set of ranks holds,
-scaled by ``n/K``, estimate the union of their supports, and the same for each chunk,
-which is what :func:`unions` and :func:`held` give :mod:`allreduce.sparse.auto` in place
-of the independent estimate."""
+rank the same ``p × K`` matrix (:func:`gather`).  The share of a set of ranks' probes that
+are distinct, times their pairs together, estimates the union of their supports, and the
+same for each chunk (:func:`_united`; scaled by ``n/K`` only where a cut of equal nonzeros
+must estimate a chunk's pairs), which is what :func:`unions` and :func:`held` give
+:mod:`allreduce.sparse.auto` in place of the independent estimate."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from .chunks import balanced, bin_starts, equal_length
 from .layout import Layout, histogram_round_bytes
 from .vector import timed
 
-#: Probes in all, at least :data:`LEAST_PER_CHUNK` per chunk: on a union that holds a
-#: quarter of the elements, 1,024 probes estimate it within about 5% (one standard
-#: deviation, ``√((1 − u)/(u·K))``), and a rank looks them up in about 0.3 ms at 1.7 M
+#: Probes in all, at least :data:`LEAST_PER_CHUNK` per chunk: 1,024 probes count a union
+#: that holds a quarter of the elements within about 5% (one standard deviation,
+#: ``√((1 − u)/(u·K))``), and the ratio estimate built on that count is exact for one rank
+#: and for disjoint or identical supports; a rank looks them up in about 0.3 ms at 1.7 M
 #: pairs (four times as many took 1.1 ms, 4 MPI ranks on the reference machine's 2 cores).
 PROBES = 1024
 LEAST_PER_CHUNK = 16

@@ -27,8 +27,9 @@ _clock = threading.local()
 
 def local_seconds() -> float:
     """Seconds this thread has spent in the local work of sparse allreduces (checking the
-    indices, merging, encoding, decoding, densifying, the dense path's presence mask) since
-    it started: what a benchmark subtracts from a call's time to see the time on the wire.
+    indices, merging, encoding, decoding, densifying, the dense path's read-back of its
+    union: its count of zero sums, the non-zeros or the presence mask; and the overlap's
+    probes) since it started: what a benchmark subtracts from a call's time to see the time on the wire.
     No :func:`timed` function calls another, so nothing is counted twice."""
     return getattr(_clock, "seconds", 0.0)
 
