@@ -104,8 +104,8 @@ def unions(table: np.ndarray, n: int, counts) -> list[float]:
 def _united(rows: np.ndarray, pairs: np.ndarray, width: float) -> np.ndarray:
     """``[s]``: the union of the first ``s + 1`` of ``rows``' supports, which hold ``pairs``
     pairs in ``width`` elements: their pairs together times the share of their probes that
-    are distinct (a ratio estimate, exact for one rank and for disjoint supports), or, where
-    they hold no probe at all, what independent supports would hold."""
+    are distinct (a ratio estimate, exact for one rank and for disjoint or identical
+    supports), or, where they hold no probe at all, what independent supports would hold."""
     distinct = np.logical_or.accumulate(rows, axis=0).sum(axis=1)
     held, together = np.cumsum(rows.sum(axis=1)), np.cumsum(pairs)
     independent = width * (1 - np.cumprod(1 - np.clip(pairs / width, 0, 1)))
@@ -127,10 +127,11 @@ def held(table: np.ndarray, n: int, boundaries: str, loads) -> Layout:
     else:
         per_bin = np.add.reduceat(table.sum(axis=0), bin_starts(probes, p)[:-1])
         cuts = [lo for lo, _ in balanced(per_bin, probes, p)] + [probes]
-    pieces = np.stack([table[:, cuts[c]:cuts[c + 1]].sum(axis=1) * scale for c in range(p)],
-                      axis=1)
     if boundaries == "length":  # each rank's pairs per chunk: the loads, exactly
         pieces = np.asarray(loads, float)
+    else:
+        pieces = np.stack([table[:, cuts[c]:cuts[c + 1]].sum(axis=1) * scale
+                           for c in range(p)], axis=1)
     ring, finished = np.zeros((max(p - 1, 0), p)), np.zeros(p)
     for c in range(p):  # chunk c takes in ranks c + 1, c + 2, ... in turn
         order = (c + 1 + np.arange(p)) % p
