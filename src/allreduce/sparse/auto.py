@@ -45,6 +45,7 @@ from ..algorithms.auto import model as dense_model
 from ..cost import Model, largest_power_of_two
 from . import cost, layout, overlap
 from .chunks import BOUNDARIES, CHUNKED
+from .dense import ZERO_COUNT_BYTES
 from .layout import Layout, measured_unions
 from .vector import DENSE_MERGE_SHARE, index_dtype
 
@@ -239,11 +240,6 @@ def _dense_wire(n: int, p: int, itemsize: int, model: Model, dense_output: bool)
     if not dense_output:
         wire += model.time(fastest(ZERO_COUNT_BYTES, p, model), p, ZERO_COUNT_BYTES)
     return wire
-
-
-#: The dense path's gather of each rank's count of pairs that sum to zero, as the model
-#: prices it: an allreduce of one int64.
-ZERO_COUNT_BYTES = 8
 
 
 def options(candidates, boundaries: str | None = None) -> list[tuple[str, str]]:

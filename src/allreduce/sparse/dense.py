@@ -34,6 +34,10 @@ import numpy as np
 from ..comm import Communicator
 from .vector import densify, timed
 
+#: Bytes a rank sends in the gather of its count of pairs that sum to zero (one int64);
+#: the model prices that gather as an allreduce of this many bytes.
+ZERO_COUNT_BYTES = np.dtype(np.int64).itemsize
+
 #: The most ranks whose 0/1 bytes can be summed in place without a carry.
 PACKED_RANKS = 255
 _WORD = np.zeros(0, np.int32)  # the mask's dtype, as scratch() takes it

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..comm import Communicator
 from .chunks import balanced, bin_starts, equal_length
-from .layout import Layout, histogram_round_bytes
+from .layout import Layout, _absent, histogram_round_bytes
 from .vector import timed
 
 #: Probes in all, at least :data:`LEAST_PER_CHUNK` per chunk: 1,024 probes count a union
@@ -152,8 +152,8 @@ def independent(table: np.ndarray, n: int, loads) -> bool:
     of that count or 5% of it: then the estimate from the loads stands."""
     p, probes = table.shape
     widths = np.array([hi - lo for lo, hi in equal_length(n, p)], float)
-    density = np.clip(np.asarray(loads, float) / widths, 0, 1)
-    union = 1 - np.prod(1 - density, axis=0)  # [c]: the chance a probe of chunk c is held
+    # [c]: the chance that independent supports hold a probe of chunk c
+    union = 1 - np.prod(_absent(np.asarray(loads, float), widths), axis=0)
     m = probes // p
     expected, spread = m * union.sum(), np.sqrt(m * (union * (1 - union)).sum())
     return abs(int(table.any(axis=0).sum()) - expected) <= max(3 * spread, 0.05 * expected)

@@ -165,7 +165,7 @@ def presets() -> dict:
 def data() -> dict:
     from ..algorithms.auto import CANDIDATES
     from ..sparse.allgather import BRUCK_LIMIT
-    from ..sparse.auto import ZERO_COUNT_BYTES
+    from ..sparse.dense import ZERO_COUNT_BYTES
     from ..sparse.exchange import OVERHEAD_BYTES
     from ..sparse.vector import index_dtype
     from .style import OKABE_ITO
