@@ -688,7 +688,7 @@ def test_a_changed_ranks_per_core_takes_effect_at_the_next_choice(monkeypatch):
     from allreduce.sparse import auto as sparse_auto
 
     n = 1 << 20
-    loads = [[32000 * (r == 0 and c == 0) + 300 for c in range(4)] for r in range(4)]
+    loads = [[32000 * (r == 0 and c == 0) + 3000 for c in range(4)] for r in range(4)]
     counts = [sum(row) for row in loads]
     chosen = {}
     for ranks_per_core in (1.0, 2.0, 1.0):
@@ -994,8 +994,8 @@ def test_the_expected_layout_is_the_real_one_on_independent_supports(p):
 
 
 def test_the_check_gathers_each_ranks_pairs_per_chunk():
-    """Every rank gets loads[r][c], rank r's pairs in equal-length chunk c, from the check's
-    one all-gather."""
+    """Every rank gets loads[r][c], rank r's pairs in equal-length chunk c, and every rank's
+    probe words, from the check's one all-gather."""
     from allreduce.algorithms.auto import DEFAULT_MODEL
     from allreduce.sparse import _model_bits, check
 
@@ -1005,10 +1005,12 @@ def test_the_check_gathers_each_ranks_pairs_per_chunk():
     def loads(c):
         call = check.describe(vectors[c.rank], np.ones(len(vectors[c.rank])), n, "sum",
                               "auto", ("auto",))
-        return check.agree(c, call, ("auto",), _model_bits(DEFAULT_MODEL))
+        return check.agree(c, call, ("auto",), _model_bits(DEFAULT_MODEL),
+                           probes=np.array([7 * c.rank, -1], np.int64))
 
-    for got in run_threads(p, loads):
+    for got, probes in run_threads(p, loads):
         assert got == [[3, 0, 1], [0, 0, 0], [0, 2, 1]]
+        assert probes.tolist() == [[0, -1], [7, -1], [14, -1]]
 
 
 def test_auto_cuts_equal_nonzeros_when_the_pairs_cluster():

@@ -131,7 +131,7 @@ def test_auto_on_identical_supports_runs_a_sparse_algorithm_where_the_loads_say_
     counts = [len(s) for s in supports]
     loads = [layout.chunk_counts(s, n, p) for s in supports]
     facts = (n, counts, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
-    assert auto.worth_probing(*facts, loads=loads)
+    assert all(auto.worth_probing(n, k, p, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS) for k in counts)
     real = {option: auto.predict(option[0], n, counts, 4, DEFAULT_MODEL, boundaries=option[1],
                                  supports=supports) for option in auto.options(SPARSE_ALGORITHMS)}
     best = min(real.values())
@@ -143,36 +143,94 @@ def test_auto_on_identical_supports_runs_a_sparse_algorithm_where_the_loads_say_
         auto.choose(*facts, hits=table(supports, n))
 
 
-def test_a_short_call_does_not_probe_and_a_long_one_probes_once_per_rank(monkeypatch):
-    """Under the reference model a call of 1,000 pairs a rank does not probe; with
-    ``PROBE_FROM`` at 0 every call does, one all-gather a rank, on every rank alike, and the
+def test_a_short_call_does_not_probe_and_a_long_one_probes_in_the_check(monkeypatch):
+    """Under the reference model a call on 64 K elements does not probe; with
+    ``PROBE_FROM`` at 0 every ``auto`` call does, on every rank alike, its hits riding in the
+    check's one all-gather (no collective of its own), a named algorithm never does, and the
     sum is still exact (integers) and the same on every rank, for every kind of overlap."""
     n, p = 1 << 16, 4
-    gathered = []
-    real_gather = overlap.gather
+    looked, gathers = [], []
+    real_hits = overlap.hits
 
-    def counted(comm, mine):
-        gathered.append(comm.rank)
-        return real_gather(comm, mine)
+    def counted(indices, n, p):
+        looked.append(1)
+        return real_hits(indices, n, p)
 
-    monkeypatch.setattr(overlap, "gather", counted)
+    monkeypatch.setattr(overlap, "hits", counted)
     rng = np.random.default_rng(4)
     few = [(np.sort(rng.choice(n, 1000, replace=False)), np.ones(1000, np.int64))
            for _ in range(p)]
+    assert not auto.worth_probing(n, 1000, p, 8, DEFAULT_MODEL, SPARSE_ALGORITHMS)
     run_threads(p, lambda c: sparse_allreduce(*few[c.rank], n, c))
-    assert gathered == []
+    assert looked == []
     monkeypatch.setattr(auto, "PROBE_FROM", 0.0)
+    run_threads(p, lambda c: sparse_allreduce(*few[c.rank], n, c, algorithm="sparse_ring"))
+    assert looked == []
+
     for kind, supports in kinds(rng, n, p, 0.1).items():
-        gathered.clear()
+        looked.clear()
+        gathers.clear()
         vectors = [(s, rng.integers(-3, 4, len(s)).astype(np.int64)) for s in supports]
         results = run_threads(p, lambda c, v=vectors: sparse_allreduce(*v[c.rank], n, c))
-        assert sorted(gathered) == list(range(p)), kind
+        assert len(looked) == p, kind
         full = np.zeros(n, np.int64)
         for indices, values in vectors:
             full[indices] += values
         union = np.unique(np.concatenate(supports))
         for indices, values in results:
             assert (indices == union).all() and (values == full[union]).all(), kind
+    # the probes add no collective: a call that probes gathers as often as one that does
+    # not (its check, and the dense path's count of zero sums)
+    monkeypatch.setattr(auto, "choose", lambda *a, **k: ("dense", "length"))
+    for probe_from in (0.0, float("inf")):
+        monkeypatch.setattr(auto, "PROBE_FROM", probe_from)
+        looked.clear()
+        gathers.clear()
+        run_threads(p, lambda c: counting(c, gathers) and sparse_allreduce(*vectors[c.rank], n, c))
+        assert len(looked) == (p if probe_from == 0 else 0)
+        assert sorted(gathers) == sorted(2 * list(range(p))), probe_from
+
+
+def test_the_probes_count_only_where_every_rank_looked(monkeypatch):
+    """A rank whose own pairs would not make a long call does not look its probes up; then
+    no rank's choice takes the probes (each rank's words carry a flag, and every rank sees
+    the same table), and where every rank looked, every rank's choice takes the same ones."""
+    n, p = 1 << 16, 4
+    rng = np.random.default_rng(6)
+    many, few = n // 5, 100
+    seen = []
+    real_choose = auto.choose
+    monkeypatch.setattr(auto, "choose", lambda *a, hits=None, **k: seen.append(hits) or
+                        real_choose(*a, hits=hits, **k))
+    times = [min(auto._predictions(n, auto._rounded_loads([k] * p, None), 8, DEFAULT_MODEL,
+                                   tuple(SPARSE_ALGORITHMS), False, None,
+                                   auto._constants()).values()) for k in (few, many)]
+    monkeypatch.setattr(auto, "PROBE_FROM", (times[0] + times[1]) / 2)  # the many look, few not
+    for sizes in ([many] * p, [few] + [many] * (p - 1)):
+        seen.clear()
+        vectors = [(np.sort(rng.choice(n, k, replace=False)), rng.integers(-3, 4, k))
+                   for k in sizes]
+        results = run_threads(p, lambda c, v=vectors: sparse_allreduce(*v[c.rank], n, c))
+        if few in sizes:
+            assert seen == [None] * p
+        else:
+            assert all(hits is not None and np.array_equal(hits, seen[0]) for hits in seen)
+            assert seen[0].sum(axis=1).tolist() == [
+                np.isin(overlap.positions(n, p), v[0]).sum() for v in vectors]
+        full = np.zeros(n, np.int64)
+        for indices, values in vectors:
+            full[indices] += values
+        union = np.unique(np.concatenate([v[0] for v in vectors]))
+        for indices, values in results:
+            assert np.array_equal(indices, union) and np.array_equal(values, full[union])
+    assert overlap.unpack(np.zeros((p, overlap.words(p)), np.int64), 64) is None
+
+
+def counting(comm, gathers):
+    """Count ``comm``'s all-gathers of integers in ``gathers``; true."""
+    real = comm.allgather_ints
+    comm.allgather_ints = lambda *a: gathers.append(comm.rank) or real(*a)
+    return True
 
 
 def test_ranks_that_would_probe_differently_raise_together(monkeypatch):
@@ -192,21 +250,25 @@ def test_ranks_that_would_probe_differently_raise_together(monkeypatch):
 
 
 def test_a_call_on_identical_supports_runs_what_the_probes_choose(monkeypatch):
-    """Identical supports at 10% of 1 M, in a real call on 4 thread ranks with the committed
-    model and ``PROBE_FROM`` at 5 ms (a call this size is predicted to take about 6 ms):
-    every rank probes, and runs the sparse algorithm that ``choose_for_supports`` names,
-    not the dense path the loads alone would pick; the sum is exact (integers)."""
+    """Identical supports at 20% of 4 M int64, in a real call on 4 thread ranks with the
+    committed model and constants (the dense allreduce of 32 MiB alone is predicted at
+    about 20 ms, past ``PROBE_FROM``): every rank probes, and runs the sparse algorithm that
+    ``choose_for_supports`` names, not the dense path the loads alone would pick; the sum
+    is exact (integers)."""
     import importlib
-
-    monkeypatch.setattr(auto, "PROBE_FROM", 5e-3)
 
     package = importlib.import_module("allreduce.sparse")
     ran = []
     for name, function in list(package._REGISTRY.items()):
         monkeypatch.setitem(package._REGISTRY, name, lambda *a, _name=name, _f=function, **k:
                             ran.append((_name, k.get("boundaries", "length"))) or _f(*a, **k))
-    n, p = 1 << 20, 4
-    supports = kinds(np.random.default_rng(3), n, p, 0.1)["identical"]
+    n, p = 1 << 22, 4
+    supports = kinds(np.random.default_rng(3), n, p, 0.2)["identical"]
+    assert all(auto.worth_probing(n, len(s), p, 8, DEFAULT_MODEL, SPARSE_ALGORITHMS)
+               for s in supports)
+    counts = [len(s) for s in supports]
+    loads = [layout.chunk_counts(s, n, p) for s in supports]
+    assert auto.choose(n, counts, 8, DEFAULT_MODEL, SPARSE_ALGORITHMS, loads=loads)[0] == "dense"
     vectors = [(s, np.arange(len(s), dtype=np.int64) % 7 - 3 + r) for r, s in enumerate(supports)]
     results = run_threads(p, lambda c: sparse_allreduce(*vectors[c.rank], n, c))
     expected = auto.choose_for_supports(n, supports, 8, DEFAULT_MODEL, SPARSE_ALGORITHMS)

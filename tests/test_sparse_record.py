@@ -49,6 +49,15 @@ def test_the_runs_are_three_the_last_the_record(rows):
     shown = over_runs(runs)
     assert [what for what, _, _ in shown] == [what.rsplit(" (", 1)[0]
                                               for what, _ in targets(rows)]
+    # point by point, one reading a run, whose worst in each run is the target's reading
+    from allreduce.bench.sparse_record import auto_by_point, measures
+
+    by_point = auto_by_point(runs)
+    assert len(by_point) == sum(row.name == "auto" for row in rows)
+    assert all(len(readings) == len(runs) for readings in by_point.values())
+    for index, run in enumerate(runs):
+        within = next(m for m in measures(run) if "of the fastest" in m.what)
+        assert min(readings[index] for readings in by_point.values()) == within.value
 
 
 def test_the_report_shows_every_table_and_target(rows):
@@ -109,7 +118,7 @@ def test_the_fit_recovers_known_constants():
     chosen = {"LOCAL": {"code": 4e-9, "code_dense": 9e-9, "code_call": 3e-6, "merge": 2e-9,
                         "merge_dense": 6e-9, "merge_call": 20e-6, "densify": 5e-9,
                         "gather": 10e-9, "check": 1e-9, "merge_out": 7e-9},
-              "OVERHEADS": {"call": 400e-6, "message": 25e-6}}
+              "OVERHEADS": {"call": 400e-6, "message": 25e-6, "dense_call": 3e-3}}
     saved = dict(auto.LOCAL), dict(auto.OVERHEADS)
     rows = []
     try:

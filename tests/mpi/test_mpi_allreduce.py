@@ -253,13 +253,14 @@ def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm, b
 
 def test_sparse_auto_that_probes_the_overlap_equals_mpi_allreduce(monkeypatch):
     """The same, with every call long enough for auto to probe how the supports overlap
-    (``PROBE_FROM`` at 0 on every rank): one more all-gather, on real processes."""
+    (``PROBE_FROM`` at 0 on every rank), the hits carried in the check's all-gather, on
+    real processes."""
     from allreduce.sparse import auto, overlap
 
     monkeypatch.setattr(auto, "PROBE_FROM", 0.0)
     probed = []
-    gather = overlap.gather
-    monkeypatch.setattr(overlap, "gather", lambda *a: probed.append(1) or gather(*a))
+    hits = overlap.hits
+    monkeypatch.setattr(overlap, "hits", lambda *a: probed.append(1) or hits(*a))
     _sparse_against_mpi("auto", None)
     world = MPI.COMM_WORLD
     # every call whose n gives each chunk room for its probes (n = 4096, on 2 to 16 ranks),

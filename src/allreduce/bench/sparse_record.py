@@ -146,6 +146,19 @@ def over_runs(runs: list[list[SparseRow]]) -> list[tuple[str, str, bool]]:
     return found
 
 
+def auto_by_point(runs: list[list[SparseRow]]) -> dict[tuple[str, float], list[float]]:
+    """Each point's (supports, density) speed of ``auto`` against the fastest exact
+    algorithm's, the fastest's time over ``auto``'s, one reading per run: what the target
+    "within 10% of the fastest" reads at its worst point of each run."""
+    found: dict[tuple[str, float], list[float]] = {}
+    for rows in runs:
+        for row in rows:
+            if row.name == "auto":
+                found.setdefault((row.supports, row.density), []).append(
+                    fastest_exact(rows, row).seconds / row.seconds)
+    return found
+
+
 def fit(rows: list[SparseRow], model=None) -> dict[str, dict[str, float]]:
     """The constants of :data:`allreduce.sparse.auto.LOCAL` and
     :data:`~allreduce.sparse.auto.OVERHEADS` that best predict the rows' whole calls under

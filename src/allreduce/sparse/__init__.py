@@ -86,18 +86,22 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     call = describe(indices, values, n, op, algorithm, names, boundaries,
                     dense_output=dense_output)
     model = auto_model()
-    loads = agree(communicator, call, names, _model_bits(model))
+    p = communicator.size
+    mine = None  # this rank's probes, looked up where its pairs alone make a long call
+    if call.problem is None and call.algorithm == "auto" and auto.worth_probing(
+            call.n, len(call.indices), p, call.values.dtype.itemsize, model,
+            SPARSE_ALGORITHMS, dense_output=dense_output, boundaries=boundaries):
+        mine = overlap.hits(call.indices, call.n, p)
+    words = overlap.pack(mine, p) if 1 < p <= auto.FEW_RANKS else np.zeros(0, np.int64)
+    loads, probes = agree(communicator, call, names, _model_bits(model), probes=words)
     n, values = call.n, call.values
     chosen = call.algorithm
     if chosen == "auto":
-        counts = [sum(row) for row in loads]
-        facts = (n, counts, values.dtype.itemsize, model, SPARSE_ALGORITHMS)
-        known = {"dense_output": dense_output, "loads": loads, "boundaries": boundaries}
-        hits = None
-        if auto.worth_probing(*facts, **known):  # a long call: measure the overlap first
-            hits = overlap.gather(communicator,
-                                  overlap.hits(call.indices, n, communicator.size))
-        chosen, boundaries = auto.choose(*facts, hits=hits, **known)
+        counts = [sum(row) for row in loads]  # the probes count only where every rank looked
+        hits = None if mine is None else overlap.unpack(probes, len(mine))
+        chosen, boundaries = auto.choose(n, counts, values.dtype.itemsize, model,
+                                         SPARSE_ALGORITHMS, dense_output=dense_output,
+                                         loads=loads, boundaries=boundaries, hits=hits)
     options = {"boundaries": boundaries or "length"} if chosen in CHUNKED else {}
     if chosen != "dense":  # no message holds more than every rank's pairs together
         options["most_pairs"] = sum(map(sum, loads))
@@ -143,7 +147,7 @@ def topk_allreduce(indices, values, n: int, k: int, comm, op: str = "sum", *,
     call = describe(indices, values, n, op, "topk", ("topk",), boundaries, k)
     if call.torch and call.problem is None:
         call.problem = TypeError("topk_allreduce takes numpy indices and values")
-    agree(communicator, call, ("topk",), _model_bits(auto_model()), "topk_allreduce")
+    agree(communicator, call, ("topk",), _model_bits(auto_model()), "topk_allreduce")  # no probes
     result = reselecting_allreduce(call.indices, call.values, call.n, call.k, communicator,
                                    boundaries=boundaries)
     if call.op == "mean":

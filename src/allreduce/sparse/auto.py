@@ -8,12 +8,12 @@ each of ``p`` equal-length chunks: **independent supports** inside a chunk, the 
 ``s`` ranks' supports of density ``d`` in a chunk of ``w`` elements being
 ``w·(1 − (1 − d)^s)`` (:mod:`allreduce.sparse.layout`), so a chunk that holds most pairs
 shows, and so does what cutting equal nonzeros would save.  Every rank has the same counts
-and (checked) the same model, so every rank chooses the same.  A call predicted to take at
-least :data:`PROBE_FROM` (on at most :data:`FEW_RANKS` ranks, :func:`worth_probing`) first
-measures how the supports overlap on a sample of positions
-(:mod:`allreduce.sparse.overlap`, one more all-gather), and where they are not as
-independent as assumed (Top-k gradients share their largest entries) predicts from what the
-probes measure instead.  Where the supports are known
+and (checked) the same model, so every rank chooses the same.  Where every rank's own
+pairs would make a call of at least :data:`PROBE_FROM` (on at most :data:`FEW_RANKS`
+ranks, :func:`worth_probing`), it also measures how the supports overlap on a sample of
+positions (:mod:`allreduce.sparse.overlap`, carried in the check's all-gather), and where
+they are not as independent as assumed (Top-k gradients share their largest entries)
+predicts from what the probes measure instead.  Where the supports are known
 (the benchmark, the chapter), the same prediction takes the real unions instead
 (``supports=``) and the critical path of the real messages (:mod:`allreduce.sparse.cost`):
 that is the model the benchmark checks.
@@ -67,31 +67,36 @@ from .vector import DENSE_MERGE_SHARE, index_dtype
 #: a merge's time among ``"merge_call"``, ``"merge"`` and ``"merge_out"``, so ``"merge"``
 #: alone is below a whole merge's rate: merging the gradients' 4 × 4,000 pairs at 0.1% alone
 #: in one process took 0.79 ns per m·lg m in all.
-LOCAL = {"code": 1.92e-9, "code_dense": 2.52e-9, "code_call": 0.0, "merge": 0.462e-9,
-         "merge_dense": 1.83e-9, "merge_call": 31.7e-6, "merge_out": 5.61e-9, "densify": 0.535e-9,
-         "gather": 0.592e-9, "check": 9.3e-9}
+LOCAL = {"code": 2.05e-9, "code_dense": 2.66e-9, "code_call": 0.0, "merge": 0.472e-9,
+         "merge_dense": 1.88e-9, "merge_call": 32.9e-6, "merge_out": 5.42e-9, "densify": 0.182e-9,
+         "gather": 0.609e-9, "check": 8.69e-9}
 
 #: Seconds that every sparse call costs beyond the dense model's overhead (``"call"``) and
 #: that every sparse message on the critical path costs beyond the dense model's α
 #: (``"message"``): what neither the wire nor the local work counts, such as the call's
 #: check (one more collective), its Python outside the timed local work, and, on the
-#: reference machine, ranks waiting for one another's work on shared cores.  Fitted with
-#: :data:`LOCAL`; not measured apart.
-OVERHEADS = {"call": 210e-6, "message": 78e-6}
+#: reference machine, ranks waiting for one another's work on shared cores.  And what the
+#: dense path costs beyond its allreduce's prediction and its local work (``"dense_call"``):
+#: its ranks wait for one another at its two collectives, the values' allreduce and the
+#: gather of their counts of zero sums (at 10% of 4.1 M on 4 MPI ranks of the reference
+#: machine, 3-5 ms waiting in that gather, and 11.5-13.3 ms in an allreduce of 16 MiB that
+#: took 11 ms alone).  Fitted with :data:`LOCAL`; not measured apart.
+OVERHEADS = {"call": 203e-6, "message": 78.7e-6, "dense_call": 8.79e-3}
 
-#: A call predicted (from the loads, as independent supports) to take at least this many
-#: seconds (on at most :data:`FEW_RANKS` ranks, each chunk with room for its probes: see
-#: :func:`worth_probing`) first measures how the supports overlap
+#: A rank whose pairs would make a call at least this many seconds long (every rank holding
+#: as many; on at most :data:`FEW_RANKS` ranks, each chunk with room for its probes: see
+#: :func:`worth_probing`) looks up how its support meets a sample of positions
 #: (:mod:`allreduce.sparse.overlap`: a binary search per probe, about :data:`PROBES` of
-#: them, one more all-gather of them as bits, and the prediction from them), and ``auto``
-#: chooses from that: on identical supports at 10% of 16 M the loads alone picked the dense
-#: path, 1.4-1.5x slower there than ``sparse_direct`` (four runs, with the presence mask the
-#: dense path then always ran).  The probe costs milliseconds on the reference machine (4
-#: MPI ranks on 2 cores): 2.6 ms of a call that took 8.2 ms without it (``sparse_direct`` on
-#: identical supports at 1% of 16 M, which the loads pick anyway) and 4 ms of 71 ms at 10%;
-#: so shorter calls choose from the loads alone, where the probe would cost more than the
-#: few percent it could save.
-PROBE_FROM = 50e-3
+#: them, their bits carried in the check's all-gather), and where every rank did, ``auto``
+#: chooses from the overlap they measure: on identical supports at 10% of 16 M the loads
+#: alone picked the dense path, 1.4-1.5x slower there than ``sparse_direct``.  In an
+#: all-gather of its own the probe cost 2.6 ms of a call that took 8.2 ms without it
+#: (identical supports at 1% of 16 M, 4 MPI ranks on the reference machine's 2 cores),
+#: most of it ranks waiting for one another; carried in the check's all-gather, which
+#: every call waits in anyway, it costs the binary searches (25 µs at 10% of the course's
+#: gradients, 4 M elements, in one process) and, once per new set of probes, the estimate
+#: from them (0.6 ms there).  Below 10 ms even that would be a few percent of a call.
+PROBE_FROM = 10e-3
 
 #: Ranks to a core on the machine :data:`LOCAL` was fitted on (the reference machine: 4 ranks
 #: on 2 cores), so that a rank's local work takes at least the ranks' mean times this
@@ -214,7 +219,8 @@ def _predict(algorithm, n, counts, itemsize, model, unions, held, dense_output,
     local = local_work(algorithm, n, counts, unions, held, dense_output=dense_output,
                        itemsize=itemsize) + OVERHEADS["call"]
     if algorithm == "dense":
-        return _dense_wire(n, len(counts), itemsize, model, dense_output) + local
+        return (_dense_wire(n, len(counts), itemsize, model, dense_output) + local
+                + OVERHEADS["dense_call"])
     alpha = model.alpha + OVERHEADS["message"]  # a sparse message's α
     if held is not None:
         wire = cost.critical_path(cost.chunked_steps(algorithm, held, itemsize), alpha,
@@ -262,39 +268,42 @@ def choose(n: int, counts: list[int], itemsize: int, model: Model, candidates, *
     rounding them (p² logarithms in Python: 6.5 µs a call on 4 ranks).  The key holds the
     constants (:func:`_constants`), so a changed :data:`RANKS_PER_CORE` or refitted
     :data:`LOCAL` takes effect at the next call.  Given ``hits``, every rank's probes
-    (:func:`allreduce.sparse.overlap.gather`), it predicts from the overlap they measure
+    (:func:`allreduce.sparse.overlap.unpack`), it predicts from the overlap they measure
     instead, unless the probes find the supports as independent as the loads assume
     (:func:`allreduce.sparse.overlap.independent`); what they measure is rounded and the
     prediction remembered as the loads' are (:func:`_measured_predictions`; see
     :func:`worth_probing` for when a call probes)."""
+    exact = None if loads is None else tuple(map(tuple, loads))
     if hits is not None:
         if loads is None:
             raise TypeError("choose(hits=...) needs the loads the probes were taken with")
-        if not overlap.independent(hits, n, loads):
-            times = _measured_predictions(n, counts, loads, hits, itemsize, model,
-                                          candidates, dense_output, boundaries)
-            return min(times, key=times.get)
-    exact = None if loads is None else tuple(map(tuple, loads))
+        return _probed_choice(n, tuple(counts), exact, np.packbits(hits, axis=1).tobytes(),
+                              hits.shape, itemsize, model, tuple(candidates), dense_output,
+                              boundaries, _constants())
     args = (n, tuple(counts), exact, itemsize, model, tuple(candidates), dense_output,
             boundaries, _constants())
     return (_choice if len(counts) <= FEW_RANKS else _choice_of)(*args)
 
 
-def worth_probing(n: int, counts: list[int], itemsize: int, model: Model, candidates, *,
-                  dense_output: bool = False, loads=None,
-                  boundaries: str | None = None) -> bool:
-    """Whether ``auto`` measures the supports' overlap before it chooses: when the fastest
-    option is predicted, from the loads, to take at least :data:`PROBE_FROM` seconds, every
-    chunk has room for its probes, and there are at most :data:`FEW_RANKS` ranks (the
-    windows' unions from the probes take p² passes over them).  Every rank answers alike:
-    the loads, the model and the constants (:data:`FEW_RANKS` among them) are the same on
-    all (checked)."""
-    p = len(counts)
+def worth_probing(n: int, pairs: int, p: int, itemsize: int, model: Model, candidates, *,
+                  dense_output: bool = False, boundaries: str | None = None) -> bool:
+    """Whether a rank holding ``pairs`` pairs looks its probes up before the check: when a
+    call in which every rank held as many, spread evenly, is predicted to take at least
+    :data:`PROBE_FROM` seconds, every chunk has room for its probes, and there are at most
+    :data:`FEW_RANKS` ranks (the windows' unions from the probes take p² passes over them).
+    Each rank answers for itself; ``auto`` uses the probes only where every rank looked
+    (:func:`allreduce.sparse.overlap.unpack`), which every rank sees alike."""
     if not 1 < p <= FEW_RANKS or not overlap.fits(n, p):
         return False
-    times = _predictions(n, _rounded_loads(counts, loads), itemsize, model, tuple(candidates),
-                         dense_output, boundaries, _constants())
-    return min(times.values()) >= PROBE_FROM
+    return _worth(n, pairs, p, itemsize, model, tuple(candidates), dense_output, boundaries,
+                  _constants())
+
+
+@functools.lru_cache(maxsize=256)  # rounding the loads alone took 12 µs of every call
+def _worth(n, pairs, p, itemsize, model, candidates, dense_output, boundaries, constants):
+    times = _predictions(n, _rounded_loads([pairs] * p, None), itemsize, model, candidates,
+                         dense_output, boundaries, constants)
+    return min(times.values()) >= PROBE_FROM  # the key holds it (constants), as it is now
 
 
 def choose_for_supports(n: int, supports: list[np.ndarray], itemsize: int, model: Model,
@@ -308,9 +317,27 @@ def choose_for_supports(n: int, supports: list[np.ndarray], itemsize: int, model
     counts = [len(support) for support in supports]
     options = {"dense_output": dense_output, "loads": loads, "boundaries": boundaries}
     hits = None
-    if worth_probing(n, counts, itemsize, model, candidates, **options):
+    if all(worth_probing(n, len(support), p, itemsize, model, candidates,
+                         dense_output=dense_output, boundaries=boundaries)
+           for support in supports):
         hits = np.array([overlap.hits(support, n, p) for support in supports])
     return choose(n, counts, itemsize, model, candidates, hits=hits, **options)
+
+
+@functools.lru_cache(maxsize=64)
+def _probed_choice(n, counts, loads, bits, shape, itemsize, model, candidates, dense_output,
+                   boundaries, constants) -> tuple[str, str]:
+    """:func:`choose` given the probes (packed ``bits`` of a ``shape`` table), remembered
+    per exact probes as per exact loads: the estimate from them took 0.6 ms in Python at
+    10% of the course's gradients (4 ranks), a call that repeats its supports skips it."""
+    hits = np.unpackbits(np.frombuffer(bits, np.uint8).reshape(shape[0], -1),
+                         axis=1)[:, :shape[1]].astype(bool)
+    if overlap.independent(hits, n, loads):
+        return _choice_of(n, counts, loads, itemsize, model, candidates, dense_output,
+                          boundaries, constants)
+    times = _measured_predictions(n, list(counts), loads, hits, itemsize, model, candidates,
+                                  dense_output, boundaries)
+    return min(times, key=times.get)
 
 
 def _measured_predictions(n, counts, loads, hits, itemsize, model, candidates, dense_output,
@@ -413,8 +440,8 @@ def explain(n: int, counts: list[int], itemsize: int = 4, *, dense_output: bool 
     ``c``, by default spread evenly): each exact algorithm's predicted time with each
     boundaries, as :func:`choose` predicts them from the loads, the choice, and the model
     behind it with where it came from (the dense ``auto``'s, :func:`allreduce.auto.explain`).
-    A call that :func:`worth_probing` sends to the probes may choose otherwise, from the
-    overlap it measures."""
+    A call in which every rank looks its probes up (:func:`worth_probing`) may choose
+    otherwise, from the overlap they measure."""
     if candidates is None:
         from . import SPARSE_ALGORITHMS as candidates
     model = dense_model()

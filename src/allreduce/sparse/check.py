@@ -36,17 +36,18 @@ class SparseCall:
     torch: bool = False
     problem: Exception | None = field(default=None, repr=False)
 
-    def row(self, algorithms: tuple[str, ...], model_bits: tuple[int, ...],
-            p: int) -> np.ndarray:
-        """What the check gathers: the call's fields, then this rank's pairs in each of
-        ``p`` equal-length chunks (-1 where the call is bad)."""
+    def row(self, algorithms: tuple[str, ...], model_bits: tuple[int, ...], p: int,
+            probes: np.ndarray) -> np.ndarray:
+        """What the check gathers: the call's fields, then ``probes`` (int64 words, as many
+        on every rank: :func:`allreduce.sparse.overlap.pack`), then this rank's pairs in
+        each of ``p`` equal-length chunks (-1 where the call is bad)."""
         code = _problem_code(self.problem)
         dtype = -1 if self.values is None else _index(DTYPES, self.values.dtype.name)
         loads = ([-1] * p if self.problem is not None or self.indices is None
                  else chunk_counts(self.indices, self.n, p))
         return np.array([code, self.n, dtype, _index(SPARSE_OPS, self.op),
                          _index(algorithms, self.algorithm), _index(BOUNDARIES, self.boundaries),
-                         self.k, int(self.dense_output), *model_bits, *loads], np.int64)
+                         self.k, int(self.dense_output), *model_bits, *probes, *loads], np.int64)
 
     def fields(self) -> dict[str, object]:
         return {"dense length n": self.n, "dtype": None if self.values is None else
@@ -137,15 +138,22 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
     return call
 
 
+_NO_PROBES = np.zeros(0, np.int64)  # a call that carries none (topk_allreduce's)
+
+
 def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
-          model_bits: tuple[int, ...], caller: str = "sparse_allreduce") -> list[list[int]]:
-    """Every rank's pairs in each of the ``p`` equal-length chunks (``loads[r][c]``), once
-    every rank's call is valid and the calls agree on n, dtype, op, algorithm, boundaries,
-    k, dense_output and cost model; otherwise the same error on every rank."""
-    p = comm.size
-    table = comm.allgather_ints(call.row(algorithms, model_bits, p))
-    if not table[:, 0].any() and (table[:, :-p] == table[0, :-p]).all():
-        return table[:, -p:].tolist()
+          model_bits: tuple[int, ...], caller: str = "sparse_allreduce",
+          probes: np.ndarray = _NO_PROBES) -> tuple[list[list[int]], np.ndarray]:
+    """Every rank's pairs in each of the ``p`` equal-length chunks (``loads[r][c]``) and
+    every rank's ``probes`` (``[r, word]``, carried in the same all-gather), once every rank's
+    call is valid and the calls agree on n, dtype, op, algorithm, boundaries, k,
+    dense_output and cost model; otherwise the same error on every rank.  ``probes`` must
+    be as long on every rank (a function of ``p`` alone)."""
+    p, w = comm.size, len(probes)
+    table = comm.allgather_ints(call.row(algorithms, model_bits, p, probes))
+    fields = table[:, :-(p + w)]
+    if not table[:, 0].any() and (fields == fields[0]).all():
+        return table[:, -p:].tolist(), table[:, -(p + w):-p]
     raise_on_every_rank(comm, call.fields(), call.problem, caller,
                         "Every rank must pass the same n, dtype, op, algorithm, boundaries, "
                         "k and dense_output.",
@@ -154,7 +162,7 @@ def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
                                    "RANKS_PER_CORE, LOCAL or PROBE_FROM, changed on some "
                                    "ranks only?), so auto could choose, or probe, "
                                    "differently on each"))
-    return []  # not reached: raise_on_every_rank always raises
+    return [], table  # not reached: raise_on_every_rank always raises
 
 
 def _is_torch(x) -> bool:

@@ -8,8 +8,9 @@ algorithm whose messages grow with the union is cheaper than predicted.
 Every rank looks up the same :func:`positions` (``m`` in each of the ``p`` equal-length
 chunks, one in each of ``m`` equal strata of it, at an offset that a multiplicative hash
 of its number picks, so that no stride of a tensor's layout lines up with them) in its
-sorted indices, a binary search each; one all-gather of the hits, as bits, gives every
-rank the same ``p × K`` matrix (:func:`gather`).  The share of a set of ranks' probes that
+sorted indices, a binary search each, before the call's check; the hits, as bits
+(:func:`pack`), ride in the check's own all-gather, so every rank gets the same ``p × K``
+matrix without a round of its own (:func:`unpack`).  The share of a set of ranks' probes that
 are distinct, times their pairs together, estimates the union of their supports, and the
 same for each chunk (:func:`_united`; scaled by ``n/K`` only where a cut of equal nonzeros
 must estimate a chunk's pairs), which is what :func:`unions` and :func:`held` give
@@ -21,7 +22,6 @@ import functools
 
 import numpy as np
 
-from ..comm import Communicator
 from .chunks import balanced, bin_starts, equal_length
 from .layout import Layout, _absent, histogram_round_bytes
 from .vector import timed
@@ -78,19 +78,36 @@ def hits(indices: np.ndarray, n: int, p: int) -> np.ndarray:
     return indices[at] == probes
 
 
-def gather(comm: Communicator, mine: np.ndarray) -> np.ndarray:
-    """Every rank's :func:`hits`, ``[rank, probe]``: one all-gather of them as bits."""
-    bits = np.packbits(mine)
-    words = np.zeros(-(-len(bits) // 8) * 8, np.uint8)
-    words[:len(bits)] = bits
-    table = comm.allgather_ints(words.view(np.int64))
-    return np.unpackbits(table.view(np.uint8), axis=1)[:, :len(mine)].astype(bool)
+def words(p: int) -> int:
+    """The int64 words that carry one rank's probes in the check's row (:func:`pack`): a
+    flag, then its hits as bits; the same on every rank of ``p``, whatever its call."""
+    return 1 + -(-p * per_chunk(p) // 64)
+
+
+def pack(mine: np.ndarray | None, p: int) -> np.ndarray:
+    """This rank's :func:`hits` as :func:`words` int64 words for the check's all-gather to
+    carry: the flag 1 and the bits, or all zeros for a rank that did not look (``None``)."""
+    row = np.zeros(words(p), np.int64)
+    if mine is not None:
+        bits = np.packbits(mine)
+        row[0] = 1
+        row[1:].view(np.uint8)[:len(bits)] = bits
+    return row
+
+
+def unpack(table: np.ndarray, probes: int) -> np.ndarray | None:
+    """Every rank's hits, ``[rank, probe]``, from the ranks' :func:`pack` ed words; ``None``
+    unless every rank looked its probes up."""
+    table = np.ascontiguousarray(table, np.int64)
+    if not len(table) or not table[:, 0].all():
+        return None
+    return np.unpackbits(table[:, 1:].view(np.uint8), axis=1)[:, :probes].astype(bool)
 
 
 def unions(table: np.ndarray, n: int, counts) -> list[float]:
     """``u[s]``, as :func:`~allreduce.sparse.layout.measured_unions` gives them from the
     real supports (the mean over the ``p`` windows of ``s`` consecutive ranks), estimated
-    from the probes the ranks hold (``table`` from :func:`gather`) and their ``counts`` of
+    from the probes the ranks hold (``table`` from :func:`unpack`) and their ``counts`` of
     pairs (:func:`_united`)."""
     p = len(table)
     counts = np.asarray(counts, float)
