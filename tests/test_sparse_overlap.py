@@ -206,6 +206,8 @@ def test_the_probes_count_only_where_every_rank_looked(monkeypatch):
                                    tuple(SPARSE_ALGORITHMS), False, None,
                                    auto._constants()).values()) for k in (few, many)]
     monkeypatch.setattr(auto, "PROBE_FROM", (times[0] + times[1]) / 2)  # the many look, few not
+    facts = (n, p, 8, DEFAULT_MODEL, SPARSE_ALGORITHMS)
+    assert auto.worth_probing(n, many, *facts[1:]) and not auto.worth_probing(n, few, *facts[1:])
     for sizes in ([many] * p, [few] + [many] * (p - 1)):
         seen.clear()
         vectors = [(np.sort(rng.choice(n, k, replace=False)), rng.integers(-3, 4, k))
@@ -223,7 +225,25 @@ def test_the_probes_count_only_where_every_rank_looked(monkeypatch):
         union = np.unique(np.concatenate([v[0] for v in vectors]))
         for indices, values in results:
             assert np.array_equal(indices, union) and np.array_equal(values, full[union])
-    assert overlap.unpack(np.zeros((p, overlap.words(p)), np.int64), 64) is None
+    assert overlap.unpack(np.zeros((p, overlap.WORDS), np.int64), 64) is None
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 7, 14, 16])
+def test_the_probes_travel_as_bits_behind_a_flag(p):
+    """Every rank's hits come back bit for bit from the words the check carries, however
+    many probes there are (not always whole words); a table without probe words, or with a
+    rank that did not look, gives none."""
+    n = 1 << 20
+    rng = np.random.default_rng(p)
+    hits = np.array([overlap.hits(np.sort(rng.choice(n, n // (r + 2), replace=False)), n, p)
+                     for r in range(p)])
+    assert hits.shape[1] == len(overlap.positions(n, p)) and overlap.carried(p)
+    table = np.array([overlap.pack(row) for row in hits])
+    assert table.shape == (p, overlap.WORDS) and (table[:, 0] == 1).all()
+    assert np.array_equal(overlap.unpack(table, hits.shape[1]), hits)
+    table[p // 2] = overlap.pack(None)
+    assert overlap.unpack(table, hits.shape[1]) is None
+    assert overlap.unpack(table[:, :0], hits.shape[1]) is None
 
 
 def counting(comm, gathers):
@@ -234,19 +254,25 @@ def counting(comm, gathers):
 
 
 def test_ranks_that_would_probe_differently_raise_together(monkeypatch):
-    """``PROBE_FROM`` and the probes' count are in the constants whose digest the check
-    compares across ranks (``test_ranks_whose_sparse_constants_differ_raise_together`` in
-    test_sparse.py: differing digests raise on every rank): a rank that probed alone would
-    wait for the others' hits forever."""
+    """``PROBE_FROM``, the probes' count and ``FEW_RANKS`` are in the constants whose
+    digest the check compares across ranks (``test_ranks_whose_sparse_constants_differ_raise_together``
+    in test_sparse.py: differing digests raise on every rank), and the words that carry the
+    probes are as many whatever they are: a rank whose constants differ gets the check's
+    error, as every other rank does, not an all-gather of rows of other lengths (where its
+    probes no longer fit, it sends none)."""
     from allreduce.sparse import _model_bits
 
     bits = _model_bits(DEFAULT_MODEL)
     for module, name in ((auto, "PROBE_FROM"), (overlap, "PROBES"),
-                         (overlap, "LEAST_PER_CHUNK")):
+                         (overlap, "LEAST_PER_CHUNK"), (auto, "FEW_RANKS")):
         monkeypatch.setattr(module, name, getattr(module, name) * 2)
         assert _model_bits(DEFAULT_MODEL) != bits, name
+        assert len(overlap.pack(None)) == overlap.WORDS, name
         monkeypatch.undo()
     assert _model_bits(DEFAULT_MODEL) == bits
+    monkeypatch.setattr(overlap, "PROBES", 4 * overlap.PROBES)
+    assert not overlap.carried(4)
+    assert not auto.worth_probing(1 << 24, 1 << 22, 4, 4, DEFAULT_MODEL, SPARSE_ALGORITHMS)
 
 
 def test_a_call_on_identical_supports_runs_what_the_probes_choose(monkeypatch):

@@ -254,19 +254,28 @@ def test_sparse_allreduce_equals_mpi_allreduce_of_the_dense_vectors(algorithm, b
 def test_sparse_auto_that_probes_the_overlap_equals_mpi_allreduce(monkeypatch):
     """The same, with every call long enough for auto to probe how the supports overlap
     (``PROBE_FROM`` at 0 on every rank), the hits carried in the check's all-gather, on
-    real processes."""
+    real processes; and where one rank does not look, no rank chooses from the probes."""
     from allreduce.sparse import auto, overlap
 
     monkeypatch.setattr(auto, "PROBE_FROM", 0.0)
-    probed = []
-    hits = overlap.hits
+    probed, taken = [], []
+    hits, choose = overlap.hits, auto.choose
     monkeypatch.setattr(overlap, "hits", lambda *a: probed.append(1) or hits(*a))
+    monkeypatch.setattr(auto, "choose", lambda *a, hits=None, **k:
+                        taken.append(hits is not None) or choose(*a, hits=hits, **k))
     _sparse_against_mpi("auto", None)
     world = MPI.COMM_WORLD
     # every call whose n gives each chunk room for its probes (n = 4096, on 2 to 16 ranks),
     # at two densities, for each dtype; none on one rank, nor beyond FEW_RANKS
     probes = 4 * (1 < world.size <= auto.FEW_RANKS)
-    assert_on_all_ranks(world, len(probed) == probes, f"{len(probed)} probes, not {probes}")
+    assert_on_all_ranks(world, len(probed) == sum(taken) == probes,
+                        f"{len(probed)} looked up, {sum(taken)} chosen from, not {probes}")
+    taken.clear()
+    if world.rank == world.size - 1:  # this rank alone never looks
+        monkeypatch.setattr(auto, "worth_probing", lambda *a, **k: False)
+    _sparse_against_mpi("auto", None)
+    assert_on_all_ranks(world, len(taken) == 10 and not any(taken),
+                        f"{sum(taken)} of {len(taken)} calls chose from the probes")
 
 
 def _sparse_against_mpi(algorithm, boundaries):

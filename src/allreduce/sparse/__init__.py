@@ -88,11 +88,15 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
     model = auto_model()
     p = communicator.size
     mine = None  # this rank's probes, looked up where its pairs alone make a long call
-    if call.problem is None and call.algorithm == "auto" and auto.worth_probing(
-            call.n, len(call.indices), p, call.values.dtype.itemsize, model,
-            SPARSE_ALGORITHMS, dense_output=dense_output, boundaries=boundaries):
-        mine = overlap.hits(call.indices, call.n, p)
-    words = overlap.pack(mine, p) if 1 < p <= auto.FEW_RANKS else np.zeros(0, np.int64)
+    if call.problem is None and call.algorithm == "auto":
+        try:  # before the check: nothing here may raise on one rank alone
+            if auto.worth_probing(call.n, len(call.indices), p, call.values.dtype.itemsize,
+                                  model, SPARSE_ALGORITHMS, dense_output=call.dense_output,
+                                  boundaries=call.boundaries):
+                mine = overlap.hits(call.indices, call.n, p)
+        except Exception:  # noqa: BLE001 - the probes are optional; the check speaks for it
+            mine = None
+    words = overlap.pack(mine) if p > 1 else np.zeros(0, np.int64)
     loads, probes = agree(communicator, call, names, _model_bits(model), probes=words)
     n, values = call.n, call.values
     chosen = call.algorithm

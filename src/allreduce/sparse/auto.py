@@ -289,19 +289,20 @@ def worth_probing(n: int, pairs: int, p: int, itemsize: int, model: Model, candi
                   dense_output: bool = False, boundaries: str | None = None) -> bool:
     """Whether a rank holding ``pairs`` pairs looks its probes up before the check: when a
     call in which every rank held as many, spread evenly, is predicted to take at least
-    :data:`PROBE_FROM` seconds, every chunk has room for its probes, and there are at most
+    :data:`PROBE_FROM` seconds, every chunk has room for its probes, they fit the words that
+    carry them (:func:`allreduce.sparse.overlap.carried`), and there are at most
     :data:`FEW_RANKS` ranks (the windows' unions from the probes take p² passes over them).
     Each rank answers for itself; ``auto`` uses the probes only where every rank looked
     (:func:`allreduce.sparse.overlap.unpack`), which every rank sees alike."""
-    if not 1 < p <= FEW_RANKS or not overlap.fits(n, p):
+    if not 1 < p <= FEW_RANKS or not overlap.fits(n, p) or not overlap.carried(p):
         return False
-    return _worth(n, pairs, p, itemsize, model, tuple(candidates), dense_output, boundaries,
-                  _constants())
+    return _worth(n, _quarters(pairs / p), p, itemsize, model, tuple(candidates),
+                  bool(dense_output), boundaries, _constants())
 
 
-@functools.lru_cache(maxsize=256)  # rounding the loads alone took 12 µs of every call
-def _worth(n, pairs, p, itemsize, model, candidates, dense_output, boundaries, constants):
-    times = _predictions(n, _rounded_loads([pairs] * p, None), itemsize, model, candidates,
+@functools.lru_cache(maxsize=256)  # rounding p² loads took 12 µs of every call; one, 1 µs
+def _worth(n, per_chunk, p, itemsize, model, candidates, dense_output, boundaries, constants):
+    times = _predictions(n, ((per_chunk,) * p,) * p, itemsize, model, candidates,
                          dense_output, boundaries, constants)
     return min(times.values()) >= PROBE_FROM  # the key holds it (constants), as it is now
 

@@ -148,7 +148,7 @@ def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
     every rank's ``probes`` (``[r, word]``, carried in the same all-gather), once every rank's
     call is valid and the calls agree on n, dtype, op, algorithm, boundaries, k,
     dense_output and cost model; otherwise the same error on every rank.  ``probes`` must
-    be as long on every rank (a function of ``p`` alone)."""
+    be as long on every rank (:data:`allreduce.sparse.overlap.WORDS`, or none)."""
     p, w = comm.size, len(probes)
     table = comm.allgather_ints(call.row(algorithms, model_bits, p, probes))
     fields = table[:, :-(p + w)]

@@ -78,16 +78,23 @@ def hits(indices: np.ndarray, n: int, p: int) -> np.ndarray:
     return indices[at] == probes
 
 
-def words(p: int) -> int:
-    """The int64 words that carry one rank's probes in the check's row (:func:`pack`): a
-    flag, then its hits as bits; the same on every rank of ``p``, whatever its call."""
-    return 1 + -(-p * per_chunk(p) // 64)
+#: The int64 words that carry a rank's probes in the check's row (:func:`pack`): a flag,
+#: then its hits as bits, room for 1,088 (on up to 16 ranks :data:`PROBES` take at most
+#: 1,036: ``p`` times :func:`per_chunk`).  A fixed count, so that every rank's row is as long
+#: whatever its constants: a rank whose constants differ is then told so by the check (they
+#: are in the digest it compares), not left in an all-gather of rows of other lengths.
+WORDS = 18
 
 
-def pack(mine: np.ndarray | None, p: int) -> np.ndarray:
-    """This rank's :func:`hits` as :func:`words` int64 words for the check's all-gather to
+def carried(p: int) -> bool:
+    """Whether ``p`` ranks' probes fit the :data:`WORDS` that carry them."""
+    return p * per_chunk(p) <= 64 * (WORDS - 1)
+
+
+def pack(mine: np.ndarray | None) -> np.ndarray:
+    """This rank's :func:`hits` as :data:`WORDS` int64 words for the check's all-gather to
     carry: the flag 1 and the bits, or all zeros for a rank that did not look (``None``)."""
-    row = np.zeros(words(p), np.int64)
+    row = np.zeros(WORDS, np.int64)
     if mine is not None:
         bits = np.packbits(mine)
         row[0] = 1
@@ -99,7 +106,7 @@ def unpack(table: np.ndarray, probes: int) -> np.ndarray | None:
     """Every rank's hits, ``[rank, probe]``, from the ranks' :func:`pack` ed words; ``None``
     unless every rank looked its probes up."""
     table = np.ascontiguousarray(table, np.int64)
-    if not len(table) or not table[:, 0].all():
+    if not table.size or not table[:, 0].all():
         return None
     return np.unpackbits(table[:, 1:].view(np.uint8), axis=1)[:, :probes].astype(bool)
 

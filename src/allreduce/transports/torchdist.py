@@ -126,7 +126,7 @@ class TorchCommunicator(Communicator):
 
     def allgather_ints(self, values: np.ndarray) -> np.ndarray:
         # every call's check starts here, before its algorithm posts anything, and a sparse
-        # call's later gathers (the overlap's probes, the dense path's count of zero sums)
+        # call's later gathers (the dense path's count of zero sums)
         # come after every message before them was waited on: what is still kept was posted
         # by a call that raised before its wait, and no peer will match it
         self._kept = None
