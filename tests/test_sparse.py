@@ -1117,3 +1117,34 @@ def test_a_length_beyond_int64_raises_on_every_rank():
     assert len({str(o) for o in outcomes}) == 1
     assert "rank 1: TypeError: n, the dense length, must be an integer from 0 to 2**63 - 1" \
         in str(outcomes[0])
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_a_rank_that_calls_topk_where_the_others_sum_gets_the_checks_error(p):
+    """``topk_allreduce`` and ``sparse_allreduce`` send the check rows as long (the exact
+    sum's carries the overlap's probe words; the Top-k's, as many words of none), so a rank
+    that calls the other one is named on every rank, not left in a mismatched all-gather."""
+    from allreduce.sparse import topk_allreduce
+
+    n = 1000
+    indices, values = np.arange(0, n, 10), np.ones(100, np.float32)
+
+    def call(c):
+        if c.rank == p - 1:
+            return topk_allreduce(indices, values, n, 10, c)
+        return sparse_allreduce(indices, values, n, c)
+
+    if p == 1:
+        assert len(run_threads(p, call)[0].indices) == 10
+        return
+    errors = run_threads(p, lambda c: _raised(call, c))
+    assert all(isinstance(e, ValueError) and "disagree on the algorithm" in str(e)
+               for e in errors), errors
+
+
+def _raised(function, comm):
+    try:
+        function(comm)
+    except Exception as error:  # noqa: BLE001 - the test looks at what each rank raised
+        return error
+    return None

@@ -63,6 +63,13 @@ def _dense_bits(model) -> tuple[int, ...]:
                                            model.overhead]).view(np.int64))
 
 
+def _probe_words(mine, p: int) -> np.ndarray:
+    """What the check's row carries of the overlap's probes: the same count of words in
+    every sparse call on ``p`` ranks (none on one), so that a rank that calls
+    ``topk_allreduce`` where the others sum exactly is told so by the check."""
+    return overlap.pack(mine) if p > 1 else np.zeros(0, np.int64)
+
+
 def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "auto",
                      op: str = "sum", *, dense_output: bool = False,
                      boundaries: str | None = None):
@@ -96,8 +103,8 @@ def sparse_allreduce(indices, values=None, n=None, comm=None, algorithm: str = "
                 mine = overlap.hits(call.indices, call.n, p)
         except Exception:  # noqa: BLE001 - the probes are optional; the check speaks for it
             mine = None
-    words = overlap.pack(mine) if p > 1 else np.zeros(0, np.int64)
-    loads, probes = agree(communicator, call, names, _model_bits(model), probes=words)
+    loads, probes = agree(communicator, call, names, _model_bits(model),
+                          probes=_probe_words(mine, p))
     n, values = call.n, call.values
     chosen = call.algorithm
     if chosen == "auto":
@@ -151,7 +158,8 @@ def topk_allreduce(indices, values, n: int, k: int, comm, op: str = "sum", *,
     call = describe(indices, values, n, op, "topk", ("topk",), boundaries, k)
     if call.torch and call.problem is None:
         call.problem = TypeError("topk_allreduce takes numpy indices and values")
-    agree(communicator, call, ("topk",), _model_bits(auto_model()), "topk_allreduce")  # no probes
+    agree(communicator, call, ("topk",), _model_bits(auto_model()), "topk_allreduce",
+          probes=_probe_words(None, communicator.size))  # none, in a row as long as the sum's
     result = reselecting_allreduce(call.indices, call.values, call.n, call.k, communicator,
                                    boundaries=boundaries)
     if call.op == "mean":
