@@ -707,7 +707,7 @@ def test_ranks_whose_sparse_constants_differ_raise_together(monkeypatch):
     model: a rank with another RANKS_PER_CORE would choose another algorithm, so every rank
     raises the same error instead."""
     from allreduce.algorithms.auto import DEFAULT_MODEL
-    from allreduce.sparse import _model_bits, check
+    from allreduce.sparse import _model_bits, _probe_words, check
     from allreduce.sparse import auto as sparse_auto
 
     bits = _model_bits(DEFAULT_MODEL)
@@ -718,7 +718,8 @@ def test_ranks_whose_sparse_constants_differ_raise_together(monkeypatch):
     def call(c):
         described = check.describe(np.array([c.rank]), np.ones(1), 8, "sum", "auto", ("auto",))
         try:
-            check.agree(c, described, ("auto",), bits if c.rank == 0 else other)
+            check.agree(c, described, ("auto",), bits if c.rank == 0 else other,
+                        probes=_probe_words(None, c.size))
         except ValueError as error:
             return str(error)
         return None

@@ -331,8 +331,7 @@ def _probed_choice(n, counts, loads, bits, shape, itemsize, model, candidates, d
     """:func:`choose` given the probes (packed ``bits`` of a ``shape`` table), remembered
     per exact probes as per exact loads: the estimate from them took 0.6 ms in Python at
     10% of the course's gradients (4 ranks), a call that repeats its supports skips it."""
-    hits = np.unpackbits(np.frombuffer(bits, np.uint8).reshape(shape[0], -1),
-                         axis=1)[:, :shape[1]].astype(bool)
+    hits = overlap.from_bits(np.frombuffer(bits, np.uint8).reshape(shape[0], -1), shape[1])
     if overlap.independent(hits, n, loads):
         return _choice_of(n, counts, loads, itemsize, model, candidates, dense_output,
                           boundaries, constants)

@@ -138,12 +138,9 @@ def describe(indices, values, n, op, algorithm, algorithms, boundaries="length",
     return call
 
 
-_NO_PROBES = np.zeros(0, np.int64)  # a call that carries none (topk_allreduce's)
-
-
 def agree(comm: Communicator, call: SparseCall, algorithms: tuple[str, ...],
-          model_bits: tuple[int, ...], caller: str = "sparse_allreduce",
-          probes: np.ndarray = _NO_PROBES) -> tuple[list[list[int]], np.ndarray]:
+          model_bits: tuple[int, ...], caller: str = "sparse_allreduce", *,
+          probes: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
     """Every rank's pairs in each of the ``p`` equal-length chunks (``loads[r][c]``) and
     every rank's ``probes`` (``[r, word]``, carried in the same all-gather), once every rank's
     call is valid and the calls agree on n, dtype, op, algorithm, boundaries, k,

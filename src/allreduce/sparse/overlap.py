@@ -108,7 +108,13 @@ def unpack(table: np.ndarray, probes: int) -> np.ndarray | None:
     table = np.ascontiguousarray(table, np.int64)
     if not table.size or not table[:, 0].all():
         return None
-    return np.unpackbits(table[:, 1:].view(np.uint8), axis=1)[:, :probes].astype(bool)
+    return from_bits(table[:, 1:].view(np.uint8), probes)
+
+
+def from_bits(packed: np.ndarray, probes: int) -> np.ndarray:
+    """``[rank, probe]`` as bools from each rank's hits packed into bytes (``np.packbits``
+    along a row), the first ``probes`` of each row."""
+    return np.unpackbits(packed, axis=1)[:, :probes].astype(bool)
 
 
 def unions(table: np.ndarray, n: int, counts) -> list[float]:
